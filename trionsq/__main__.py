@@ -1,0 +1,5 @@
+"""`python -m trionsq ...` is the `trionsq` command."""
+
+from trionsq.cli import main
+
+raise SystemExit(main())

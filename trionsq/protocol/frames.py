@@ -1,0 +1,87 @@
+"""Server-to-client frames: ``[4-byte size][4-byte frame type][data]`` (reference §1.2).
+
+Encoders for the server, and an incremental `FrameDecoder` for clients.
+"""
+
+from __future__ import annotations
+
+import struct
+
+FRAME_TYPE_RESPONSE = 0
+FRAME_TYPE_ERROR = 1
+FRAME_TYPE_MESSAGE = 2
+
+OK = b"OK"
+HEARTBEAT = b"_heartbeat_"
+CLOSE_WAIT = b"CLOSE_WAIT"
+
+_FRAME_HEADER = struct.Struct(">Ii")
+
+
+def encode_frame(frame_type: int, data: bytes) -> bytes:
+    return _FRAME_HEADER.pack(len(data) + 4, frame_type) + data
+
+
+def encode_response(data: bytes) -> bytes:
+    return _FRAME_HEADER.pack(len(data) + 4, FRAME_TYPE_RESPONSE) + data
+
+
+def encode_error(data: bytes) -> bytes:
+    return _FRAME_HEADER.pack(len(data) + 4, FRAME_TYPE_ERROR) + data
+
+
+#: Pre-encoded frames the server sends often.
+OK_FRAME = encode_response(OK)
+HEARTBEAT_FRAME = encode_response(HEARTBEAT)
+CLOSE_WAIT_FRAME = encode_response(CLOSE_WAIT)
+
+
+class FrameDecodeError(ValueError):
+    """The byte stream is not a valid sequence of frames."""
+
+
+class FrameDecoder:
+    """Incremental frame decoder: `feed` bytes, then call `next_frame` until it returns None.
+
+    Each frame is returned as ``(frame_type, data)``.
+    """
+
+    __slots__ = ("_buf", "_max_size", "_pos")
+
+    def __init__(self, max_frame_size: int = 64 * 1024 * 1024) -> None:
+        self._buf = b""
+        self._pos = 0
+        self._max_size = max_frame_size
+
+    def feed(self, data: bytes) -> None:
+        if self._pos:
+            self._buf = self._buf[self._pos :] + data
+            self._pos = 0
+        elif self._buf:
+            self._buf += data
+        else:
+            self._buf = data
+
+    def next_frame(self) -> tuple[int, bytes] | None:
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 8:
+            return None
+        size, frame_type = _FRAME_HEADER.unpack_from(buf, pos)
+        if size < 4 or size > self._max_size:
+            raise FrameDecodeError(f"invalid frame size {size}")
+        end = pos + 4 + size
+        if len(buf) < end:
+            return None
+        self._pos = end
+        return frame_type, buf[pos + 8 : end]
+
+    def frames(self) -> list[tuple[int, bytes]]:
+        """Every complete frame buffered so far."""
+        out = []
+        while (frame := self.next_frame()) is not None:
+            out.append(frame)
+        return out
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos

@@ -1,0 +1,132 @@
+"""Start trionsq daemons as subprocesses on kernel-chosen ports, for tests and benchmarks.
+
+The daemon logs ``TCP: listening on HOST:PORT`` (and ``HTTP: ...``) on stderr, as Go nsqd
+does; `DaemonProcess` reads those lines to learn its addresses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+
+_LISTEN = re.compile(r"\b(TCP|HTTP|HTTPS): listening on (\S+)")
+
+
+class DaemonProcess:
+    """A `trionsq <daemon>` subprocess. Use as a context manager; it is killed on exit."""
+
+    def __init__(
+        self,
+        daemon: str = "nsqd",
+        args: Sequence[str] = (),
+        data_path: str | None = None,
+        startup_timeout: float = 15.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.daemon = daemon
+        self._own_dir: tempfile.TemporaryDirectory[str] | None = None
+        if data_path is None and daemon == "nsqd":
+            self._own_dir = tempfile.TemporaryDirectory(prefix="trionsq-nsqd-")
+            data_path = self._own_dir.name
+        argv = [sys.executable, "-m", "trionsq", daemon]
+        if daemon == "nsqd":
+            argv += [
+                "--tcp-address=127.0.0.1:0",
+                "--http-address=127.0.0.1:0",
+                f"--data-path={data_path}",
+            ]
+        argv += list(args)
+        self.argv = argv
+        self.data_path = data_path
+        self.addresses: dict[str, str] = {}
+        self.stderr_lines: list[str] = []
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + startup_timeout
+        while "TCP" not in self.addresses:
+            if self.proc.poll() is not None:
+                self._reader.join(1)
+                raise RuntimeError(
+                    f"{daemon} exited with {self.proc.returncode}:\n" + "".join(self.stderr_lines)
+                )
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"{daemon} did not start:\n" + "".join(self.stderr_lines))
+            self._ready.wait(0.05)
+        # HTTP, when enabled, is logged right after TCP.
+        time.sleep(0.05)
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr_lines.append(line)
+            m = _LISTEN.search(line)
+            if m:
+                self.addresses.setdefault(m.group(1), m.group(2))
+                self._ready.set()
+
+    @property
+    def tcp_address(self) -> tuple[str, int]:
+        host, _, port = self.addresses["TCP"].rpartition(":")
+        return host, int(port)
+
+    @property
+    def http_address(self) -> tuple[str, int] | None:
+        if "HTTP" not in self.addresses:
+            return None
+        host, _, port = self.addresses["HTTP"].rpartition(":")
+        return host, int(port)
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        self._reader.join(2)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        if self._own_dir is not None:
+            self._own_dir.cleanup()
+            self._own_dir = None
+
+    def __enter__(self) -> DaemonProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pythonpath_env() -> dict[str, str]:
+    """The environment with this checkout importable (for subprocesses)."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return env
