@@ -1,0 +1,1 @@
+"""nsqd: the NSQ daemon on Trio (topics, channels, clients, queue scan), as one nursery tree."""

@@ -1,0 +1,304 @@
+"""A channel: its memory queue and backend, its subscribers, the messages in flight to them,
+and its deferred messages (REQ with a delay, DPUB).
+
+Messages are framed `bytes` (trionsq.protocol.message). `dispatch` hands queued messages to
+ready subscribers in batches, splitting what is available evenly among them; it runs
+synchronously in whichever task made messages or room available. In-flight messages are held
+by each client (client_v2.py); when a client goes away its in-flight table stays with the
+channel as an orphan until those messages finish, time out, or are requeued (NSQ does not
+requeue at disconnect).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..protocol.message import with_attempts
+from .backend import Backend
+from .client_v2 import STATE_SUBSCRIBED, ClientV2, InFlight
+
+if TYPE_CHECKING:
+    from .topic import Topic
+
+ERR_NOT_IN_FLIGHT = "ID not in flight"
+ERR_NOT_OWNER = "client does not own message"
+
+_deferred_seq = itertools.count()
+
+
+class ChannelError(Exception):
+    """A FIN/REQ/TOUCH that nsqd refuses (non-fatal for the connection)."""
+
+
+class Channel:
+    __slots__ = (
+        "backend",
+        "clients",
+        "deferred",
+        "ephemeral",
+        "exiting",
+        "mem_limit",
+        "memory",
+        "message_count",
+        "name",
+        "nsqd",
+        "orphans",
+        "paused",
+        "requeue_count",
+        "timeout_count",
+        "topic",
+    )
+
+    def __init__(self, topic: Topic, name: str, backend: Backend, ephemeral: bool) -> None:
+        self.topic = topic
+        self.nsqd = topic.nsqd
+        self.name = name
+        self.ephemeral = ephemeral
+        self.backend = backend
+        self.mem_limit = self.nsqd.options.mem_queue_size
+        self.memory: deque[bytes] = deque()
+        self.clients: list[ClientV2] = []
+        self.orphans: list[dict[bytes, InFlight]] = []
+        # Heap of (due, seq, frame) with the frame's attempts as they are to be delivered.
+        self.deferred: list[tuple[float, int, bytes]] = []
+        self.paused = False
+        self.exiting = False
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+
+    # -- queueing -------------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        return len(self.memory) + self.backend.depth
+
+    @property
+    def in_flight_count(self) -> int:
+        return sum(len(c.in_flight) for c in self.clients) + sum(len(o) for o in self.orphans)
+
+    def put(self, frame: bytes) -> None:
+        if len(self.memory) < self.mem_limit:
+            self.memory.append(frame)
+        else:
+            self.backend.put(frame)
+
+    def put_many(self, frames: list[bytes]) -> None:
+        """Queue messages from the topic pump (counted in message_count)."""
+        self.message_count += len(frames)
+        room = self.mem_limit - len(self.memory)
+        if room >= len(frames):
+            self.memory.extend(frames)
+        elif room > 0:
+            self.memory.extend(frames[:room])
+            self.backend.put_many(frames[room:])
+        else:
+            self.backend.put_many(frames)
+
+    def defer(self, frame: bytes, delay: float) -> None:
+        due = trio.current_time() + delay
+        heapq.heappush(self.deferred, (due, next(_deferred_seq), frame))
+        self.nsqd.scan_notify(due)
+
+    def _take(self, count: int) -> list[bytes]:
+        memory = self.memory
+        if count >= len(memory):
+            frames = list(memory)
+            memory.clear()
+            if len(frames) < count:
+                frames += self.backend.take(count - len(frames))
+            return frames
+        popleft = memory.popleft
+        return [popleft() for _ in range(count)]
+
+    # -- delivery -------------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Hand queued messages to subscribers with room in their RDY window."""
+        if self.paused:
+            return
+        available = len(self.memory) + self.backend.depth
+        if not available:
+            return
+        clients = self.clients
+        if len(clients) == 1:
+            client = clients[0]
+            free = client.free_slots()
+            if free > 0:
+                now = trio.current_time()
+                deadline = client.deliver(self._take(min(free, available)), now)
+                self.nsqd.scan_notify(deadline)
+            return
+        ready = [c for c in clients if c.free_slots() > 0]
+        if not ready:
+            return
+        # Rotate so that the same subscriber is not always served first.
+        if len(ready) > 1:
+            clients.append(clients.pop(0))
+        now = trio.current_time()
+        deadline = math.inf
+        remaining = len(ready)
+        for client in ready:
+            share = -(-available // remaining)  # ceil
+            remaining -= 1
+            count = min(client.free_slots(), share)
+            if count <= 0:
+                continue
+            frames = self._take(count)
+            available -= len(frames)
+            deadline = client.deliver(frames, now)
+            if not available:
+                break
+        self.nsqd.scan_notify(deadline)
+
+    # -- FIN / REQ / TOUCH ----------------------------------------------------------------
+
+    def _owner_error(self, message_id: bytes) -> ChannelError:
+        for table in itertools.chain((c.in_flight for c in self.clients), self.orphans):
+            if message_id in table:
+                return ChannelError(ERR_NOT_OWNER)
+        return ChannelError(ERR_NOT_IN_FLIGHT)
+
+    def finish(self, client: ClientV2, message_id: bytes) -> None:
+        if client.pop_in_flight(message_id) is None:
+            raise self._owner_error(message_id)
+        client.finish_count += 1
+
+    def requeue(self, client: ClientV2, message_id: bytes, delay: float) -> None:
+        entry = client.pop_in_flight(message_id)
+        if entry is None:
+            raise self._owner_error(message_id)
+        client.requeue_count += 1
+        self.requeue_count += 1
+        frame = _delivered(entry[0])
+        if delay > 0:
+            self.defer(frame, delay)
+        else:
+            self.put(frame)
+            self.dispatch()
+
+    def touch(self, client: ClientV2, message_id: bytes) -> None:
+        entry = client.pop_in_flight(message_id)
+        if entry is None:
+            raise self._owner_error(message_id)
+        frame, _, delivered_at = entry
+        now = trio.current_time()
+        deadline = now + client.msg_timeout
+        cap = delivered_at + self.nsqd.options.max_msg_timeout
+        if deadline > cap:
+            deadline = cap
+            client.irregular.add(message_id)
+            self.nsqd.scan_notify(deadline)
+        client.in_flight[message_id] = (frame, deadline, delivered_at)
+
+    # -- timeouts and deferred messages (queue scan) --------------------------------------
+
+    def process_due(self, now: float) -> float:
+        """Requeue timed-out in-flight messages and due deferred ones; return the channel's
+        next deadline."""
+        requeued = False
+        for client in self.clients:
+            if client.in_flight and client.earliest_deadline() <= now:
+                requeued |= self._expire(client.in_flight, client.irregular, now)
+        if self.orphans:
+            for table in self.orphans:
+                requeued |= self._expire(table, None, now)
+            self.orphans = [t for t in self.orphans if t]
+        deferred = self.deferred
+        while deferred and deferred[0][0] <= now:
+            self.put(heapq.heappop(deferred)[2])
+            requeued = True
+        if requeued:
+            self.dispatch()
+        return self.next_deadline()
+
+    def _expire(self, table: dict[bytes, InFlight], irregular: set[bytes] | None, now: float) -> bool:
+        expired = []
+        for message_id, entry in table.items():
+            if entry[1] > now:
+                break
+            expired.append(message_id)
+        if irregular:
+            expired += [i for i in irregular if i in table and table[i][1] <= now]
+        for message_id in expired:
+            entry = table.pop(message_id, None)
+            if entry is None:
+                continue
+            if irregular:
+                irregular.discard(message_id)
+            self.timeout_count += 1
+            self.put(_delivered(entry[0]))
+        return bool(expired)
+
+    def next_deadline(self) -> float:
+        earliest = self.deferred[0][0] if self.deferred else math.inf
+        for client in self.clients:
+            if client.in_flight:
+                earliest = min(earliest, client.earliest_deadline())
+        for table in self.orphans:
+            earliest = min(earliest, next(iter(table.values()))[1])
+        return earliest
+
+    # -- subscribers ----------------------------------------------------------------------
+
+    def add_client(self, client: ClientV2) -> None:
+        self.clients.append(client)
+
+    def remove_client(self, client: ClientV2) -> None:
+        """A subscriber went away: its in-flight messages stay until they time out."""
+        if client in self.clients:
+            self.clients.remove(client)
+        if client.in_flight:
+            table = dict(client.in_flight)
+            if client.irregular:
+                # Keep the scan's ordering assumption: re-sort by deadline.
+                table = dict(sorted(table.items(), key=lambda kv: kv[1][1]))
+            self.orphans.append(table)
+            client.in_flight.clear()
+            client.irregular.clear()
+        if self.ephemeral and not self.clients and not self.exiting:
+            self.topic.delete_channel(self.name)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def empty(self) -> None:
+        """Drop queued, in-flight and deferred messages (HTTP /channel/empty)."""
+        for client in self.clients:
+            client.in_flight.clear()
+            client.irregular.clear()
+        self.orphans.clear()
+        self.deferred.clear()
+        self.memory.clear()
+        self.backend.empty()
+
+    def close(self) -> None:
+        """Shutdown: every queued, in-flight and deferred message goes to the backend."""
+        self.exiting = True
+        frames: list[bytes] = list(self.memory)
+        self.memory.clear()
+        for client in self.clients:
+            frames += [_delivered(e[0]) for e in client.in_flight.values()]
+            client.in_flight.clear()
+        for table in self.orphans:
+            frames += [_delivered(e[0]) for e in table.values()]
+        self.orphans.clear()
+        frames += [item[2] for item in self.deferred]
+        self.deferred.clear()
+        self.backend.put_many(frames)
+        self.backend.close()
+
+    def delete(self) -> None:
+        self.exiting = True
+        self.empty()
+        self.backend.delete()
+
+
+def _delivered(frame: bytes) -> bytes:
+    """The queued frame with the attempts it was delivered with (attempts + 1)."""
+    return with_attempts(frame, (frame[16] << 8 | frame[17]) + 1)

@@ -1,0 +1,184 @@
+"""A V2 client connection's state: identity, RDY window, in-flight messages, output buffer,
+and its message pump (flushing and heartbeats).
+
+Delivery is synchronous: a channel calls `deliver` with a batch of framed messages, which are
+copied into the output buffer (attempts patched in place) and recorded in flight; the pump,
+or the command loop at the end of a read batch, sends the buffer with one `send_all`.
+
+In-flight messages live in `in_flight`, a dict in delivery order: id -> (frame as queued,
+deadline, delivered_at). A client's msg_timeout is fixed, so deadlines grow in that order and
+the earliest is the first entry; TOUCH moves an entry to the end. The rare TOUCH whose
+deadline is capped by --max-msg-timeout can fall out of that order: its id goes in
+`irregular`, which the queue scan checks separately.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..protocol.frames import HEARTBEAT_FRAME
+from .wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .nsqd import NSQD
+
+# Client states, as reported in /stats (reference §1.9).
+STATE_INIT = 0
+STATE_DISCONNECTED = 1
+STATE_CONNECTED = 2
+STATE_SUBSCRIBED = 3
+STATE_CLOSING = 4
+
+#: InFlight entry: (frame as it was queued, deadline, delivered_at).
+InFlight = tuple[bytes, float, float]
+
+
+class ClientV2:
+    __slots__ = (
+        "channel",
+        "client_id",
+        "connect_ts",
+        "finish_count",
+        "heartbeat_interval",
+        "hostname",
+        "id",
+        "identified",
+        "in_flight",
+        "irregular",
+        "message_count",
+        "msg_timeout",
+        "next_heartbeat",
+        "nsqd",
+        "out",
+        "output_buffer_size",
+        "output_buffer_timeout",
+        "pub_counts",
+        "rdy",
+        "remote_address",
+        "requeue_count",
+        "sample_rate",
+        "sending",
+        "state",
+        "stream",
+        "user_agent",
+        "wake",
+    )
+
+    def __init__(self, nsqd: NSQD, client_id: int, stream: trio.abc.Stream, remote: str) -> None:
+        opts = nsqd.options
+        self.nsqd = nsqd
+        self.id = client_id
+        self.stream = stream
+        self.remote_address = remote
+        host = remote.rpartition(":")[0].strip("[]") if ":" in remote else remote
+        self.client_id = host
+        self.hostname = host
+        self.user_agent = ""
+        self.connect_ts = int(time.time())
+        self.state = STATE_INIT
+        self.identified = False
+        self.heartbeat_interval: float | None = opts.client_timeout / 2
+        self.next_heartbeat = trio.current_time() + self.heartbeat_interval
+        self.msg_timeout = opts.msg_timeout
+        self.output_buffer_size = 16384
+        self.output_buffer_timeout = opts.output_buffer_timeout
+        self.sample_rate = 0
+        self.rdy = 0
+        self.channel: Channel | None = None
+        self.in_flight: dict[bytes, InFlight] = {}
+        self.irregular: set[bytes] = set()
+        self.out = bytearray()
+        self.sending = False
+        self.wake = Wakeup()
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.pub_counts: dict[str, int] = {}
+
+    # -- delivery -------------------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        """How many more messages the RDY window admits now."""
+        if self.state != STATE_SUBSCRIBED:
+            return 0
+        return self.rdy - len(self.in_flight)
+
+    def wants_refill(self) -> bool:
+        """Enough of the window is free to be worth a delivery batch (low-water mark): a
+        client FINning one by one then gets batches, not one-frame writes."""
+        free = self.free_slots()
+        return free > 0 and free >= (self.rdy >> 2 or 1)
+
+    def deliver(self, frames: list[bytes], now: float) -> float:
+        """Write `frames` to the output buffer and record them in flight. Returns the deadline."""
+        out = self.out
+        in_flight = self.in_flight
+        deadline = now + self.msg_timeout
+        if self.sample_rate:
+            # nsqd skips a message when rand(0..99) > rate: it is lost for this channel.
+            rate = self.sample_rate
+            rand = random.random
+            frames = [f for f in frames if int(rand() * 100) <= rate]
+        for frame in frames:
+            attempts = (frame[16] << 8 | frame[17]) + 1
+            pos = len(out)
+            out += frame
+            out[pos + 16] = (attempts >> 8) & 0xFF
+            out[pos + 17] = attempts & 0xFF
+            in_flight[frame[18:34]] = (frame, deadline, now)
+        self.message_count += len(frames)
+        self.wake.set()
+        return deadline
+
+    def earliest_deadline(self) -> float:
+        in_flight = self.in_flight
+        if not in_flight:
+            return math.inf
+        earliest = next(iter(in_flight.values()))[1]
+        for message_id in self.irregular:
+            entry = in_flight.get(message_id)
+            if entry is not None and entry[1] < earliest:
+                earliest = entry[1]
+        return earliest
+
+    def pop_in_flight(self, message_id: bytes) -> InFlight | None:
+        entry = self.in_flight.pop(message_id, None)
+        if entry is not None and self.irregular:
+            self.irregular.discard(message_id)
+        return entry
+
+    # -- output ---------------------------------------------------------------------------
+
+    def write_frame(self, frame: bytes) -> None:
+        self.out += frame
+
+    async def flush(self) -> None:
+        """Send everything buffered. Only one task sends at a time; a caller that finds a
+        send under way leaves its bytes to that sender, which loops until the buffer is empty."""
+        if self.sending or not self.out:
+            return
+        self.sending = True
+        try:
+            while self.out:
+                data = self.out
+                self.out = bytearray()
+                await self.stream.send_all(data)
+        finally:
+            self.sending = False
+
+    async def message_pump(self) -> None:
+        """Flush when woken; send a heartbeat every heartbeat interval, in any state."""
+        while True:
+            deadline = self.next_heartbeat if self.heartbeat_interval else math.inf
+            with trio.move_on_at(deadline):
+                await self.wake.wait()
+            if self.heartbeat_interval and trio.current_time() >= self.next_heartbeat:
+                self.out += HEARTBEAT_FRAME
+                self.next_heartbeat = trio.current_time() + self.heartbeat_interval
+            await self.flush()

@@ -1,0 +1,255 @@
+"""`NSQD`: the daemon's state (topics, clients) and its nursery tree.
+
+```
+NSQD.run()  root nursery
+ ├─ client nursery: TCP listener, one task per connection (command loop + message pump)
+ ├─ each topic's message pump
+ └─ queue scan loop (in-flight timeouts, deferred messages)
+```
+Shutdown is one ordered path (`request_exit`): stop accepting and close every connection
+(their in-flight messages stay with their channels), then close every topic, which hands each
+channel's queued, in-flight and deferred messages to its backend, then stop the pumps.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import logging
+import math
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from .. import NSQ_VERSION
+from ..protocol.negotiation import IdentifyLimits
+from ..protocol.names import is_ephemeral
+from .backend import Backend, DiscardBackend, MemoryBackend
+from .client_v2 import ClientV2
+from .options import NSQDOptions
+from .protocol_v2 import handle_connection
+from .topic import Topic
+from .wakeup import Wakeup
+
+log = logging.getLogger("trionsq.nsqd")
+
+
+class StartupError(Exception):
+    """nsqd cannot start (bad configuration, address in use, data path locked)."""
+
+
+class NSQD:
+    def __init__(self, options: NSQDOptions) -> None:
+        self.options = options
+        self.topics: dict[str, Topic] = {}
+        self.clients: dict[int, ClientV2] = {}
+        self.producers: dict[int, ClientV2] = {}
+        self.start_time = int(time.time())
+        self.identify_limits = IdentifyLimits(
+            version=NSQ_VERSION,
+            client_timeout_ms=int(options.client_timeout * 1000),
+            max_heartbeat_interval_ms=int(options.max_heartbeat_interval * 1000),
+            output_buffer_timeout_ms=int(options.output_buffer_timeout * 1000),
+            min_output_buffer_timeout_ms=int(options.min_output_buffer_timeout * 1000),
+            max_output_buffer_timeout_ms=int(options.max_output_buffer_timeout * 1000),
+            max_output_buffer_size=options.max_output_buffer_size,
+            msg_timeout_ms=int(options.msg_timeout * 1000),
+            max_msg_timeout_ms=int(options.max_msg_timeout * 1000),
+            max_rdy_count=options.max_rdy_count,
+            max_deflate_level=options.max_deflate_level,
+        )
+        self.tcp_address: tuple[str, int] | str | None = None
+        self._next_client_id = 0
+        self._nursery: trio.Nursery | None = None
+        self._exit = trio.Event()
+        self._exited = trio.Event()
+        self._scan_wake = Wakeup()
+        self._scan_target = math.inf
+        self._lock_fd: int | None = None
+
+    # -- topics ---------------------------------------------------------------------------
+
+    def make_backend(self, name: str, ephemeral: bool) -> Backend:
+        if ephemeral:
+            return DiscardBackend()
+        return MemoryBackend()
+
+    def get_topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = Topic(self, name, self.make_backend(name, is_ephemeral(name)))
+            self.topics[name] = topic
+            log.info("TOPIC(%s): created", name)
+            assert self._nursery is not None
+            self._nursery.start_soon(topic.pump, name=f"topic-pump:{name}")
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.topics.pop(name, None)
+        if topic is not None:
+            log.info("TOPIC(%s): deleting", name)
+            topic.delete()
+            topic.wake.set()
+
+    # -- clients --------------------------------------------------------------------------
+
+    def new_client(self, stream: trio.abc.Stream, remote: str) -> ClientV2:
+        self._next_client_id += 1
+        client = ClientV2(self, self._next_client_id, stream, remote)
+        self.clients[client.id] = client
+        return client
+
+    def remove_client(self, client: ClientV2) -> None:
+        self.clients.pop(client.id, None)
+        self.producers.pop(client.id, None)
+
+    # -- the queue scan loop --------------------------------------------------------------
+
+    def scan_notify(self, deadline: float) -> None:
+        """A deadline was set; wake the scan loop if it sleeps past it."""
+        if deadline < self._scan_target:
+            self._scan_target = deadline
+            self._scan_wake.set()
+
+    async def _queue_scan_loop(self) -> None:
+        """Sleep until the earliest in-flight deadline or deferred due time of any channel,
+        then requeue what is due. An idle daemon does no work."""
+        while True:
+            now = trio.current_time()
+            target = math.inf
+            for topic in list(self.topics.values()):
+                for channel in list(topic.channels.values()):
+                    deadline = channel.process_due(now)
+                    if deadline < target:
+                        target = deadline
+            self._scan_target = target
+            with trio.move_on_at(target):
+                await self._scan_wake.wait()
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until `request_exit`, then shut down in order."""
+        self._lock_data_path()
+        try:
+            listeners = await self._open_tcp_listeners()
+        except OSError as err:
+            raise StartupError(
+                f"listen ({self.options.tcp_address}) failed - {err.strerror or err}"
+            ) from err
+        self.tcp_address = _listener_address(listeners[0])
+        log.info("TCP: listening on %s", _format_address(self.tcp_address))
+        try:
+            async with trio.open_nursery() as root:
+                self._nursery = root
+                root.start_soon(self._queue_scan_loop, name="queue-scan")
+                async with trio.open_nursery() as clients:
+                    clients.start_soon(
+                        functools.partial(
+                            trio.serve_listeners,
+                            self._connection_handler(),
+                            listeners,
+                            handler_nursery=clients,
+                        ),
+                        name="tcp-listener",
+                    )
+                    task_status.started(self)
+                    await self._exit.wait()
+                    log.info("NSQ: closing TCP listener and %d clients", len(self.clients))
+                    clients.cancel_scope.cancel()
+                self._close_topics()
+                root.cancel_scope.cancel()
+        finally:
+            self._unlock_data_path()
+            self._exited.set()
+            log.info("NSQ: bye")
+
+    def _connection_handler(self) -> Callable[[trio.abc.Stream], Awaitable[None]]:
+        async def handler(stream: trio.abc.Stream) -> None:
+            await handle_connection(self, stream)
+
+        return handler
+
+    def request_exit(self) -> None:
+        """Begin the ordered shutdown (idempotent)."""
+        self._exit.set()
+
+    async def wait_exited(self) -> None:
+        await self._exited.wait()
+
+    def _close_topics(self) -> None:
+        for topic in self.topics.values():
+            topic.close()
+
+    # -- addresses and the data path ------------------------------------------------------
+
+    async def _open_tcp_listeners(self) -> list[trio.SocketListener]:
+        address = self.options.tcp_address
+        if _is_unix_path(address):
+            if os.path.exists(address):
+                os.unlink(address)
+            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            await sock.bind(address)
+            sock.listen(socket.SOMAXCONN)
+            return [trio.SocketListener(sock)]
+        host, port = split_host_port(address)
+        # trio sets SO_REUSEADDR, so a restart right after a kill can rebind the port.
+        return await trio.open_tcp_listeners(port, host=host or None)
+
+    def _lock_data_path(self) -> None:
+        path = self.options.data_path or os.getcwd()
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as err:
+            raise StartupError(f"failed to open data-path {path} - {err.strerror}") from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            raise StartupError(
+                f"failed to lock data-path {path} - another nsqd may be using it"
+            ) from err
+        self._lock_fd = fd
+
+    def _unlock_data_path(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _is_unix_path(address: str) -> bool:
+    return address.startswith("/") or address.startswith("./") or ":" not in address
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """Go's net.SplitHostPort plus a port number: "host:port", "[::1]:port", ":port"."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {address}: missing port in address")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"address {address}: invalid port") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"address {address}: invalid port")
+    return host, number
+
+
+def _listener_address(listener: trio.SocketListener) -> tuple[str, int] | str:
+    name = listener.socket.getsockname()
+    if isinstance(name, tuple):
+        return name[0], name[1]
+    return str(name)
+
+
+def _format_address(address: tuple[str, int] | str | None) -> str:
+    if isinstance(address, tuple):
+        host, port = address
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(address)

@@ -1,0 +1,406 @@
+"""The V2 protocol over one connection: the magic, the command loop, and every command's
+semantics and errors as nsqd has them (reference §1.3).
+
+Each connection runs in its own nursery: the command loop (read, parse, execute, respond) and
+the client's message pump. Commands execute synchronously; the responses of a whole read batch
+are sent with one write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..protocol import errors as E
+from ..protocol.commands import MAGIC_V2, Command
+from ..protocol.errors import ProtocolError
+from ..protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_error, encode_response
+from ..protocol.goquote import go_quote
+from ..protocol.negotiation import negotiate
+from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from ..protocol.parser import CommandParser, parse_uint
+from .channel import ChannelError
+from .client_v2 import (
+    STATE_CLOSING,
+    STATE_DISCONNECTED,
+    STATE_INIT,
+    STATE_SUBSCRIBED,
+    ClientV2,
+)
+from .topic import TopicExiting
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+log = logging.getLogger("trionsq.nsqd")
+
+READ_SIZE = 65536
+
+
+def to_int64(value: int) -> int:
+    """Go's int64(uint64) conversion, as nsqd applies it to parsed counts and timeouts."""
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+class _CloseConnection(Exception):
+    """End the connection quietly (the client said goodbye or must be dropped)."""
+
+
+async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Stream) -> None:
+    """Serve one client connection until it closes."""
+    remote = _remote_address(stream)
+    try:
+        magic = b""
+        with trio.move_on_after(nsqd.options.client_timeout):
+            while len(magic) < 4:
+                chunk = await stream.receive_some(READ_SIZE)
+                if not chunk:
+                    return
+                magic += chunk
+        if len(magic) < 4:
+            return
+        if magic[:4] != MAGIC_V2:
+            log.error("client(%s) bad protocol magic %r", remote, magic[:4])
+            await stream.send_all(encode_error(E.E_BAD_PROTOCOL.encode()))
+            return
+        client = nsqd.new_client(stream, remote)
+        log.info("TCP: new client(%s)", remote)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.message_pump)
+                await _command_loop(nsqd, client, magic[4:])
+                nursery.cancel_scope.cancel()
+        finally:
+            _disconnect(nsqd, client)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(stream)
+
+
+def _remote_address(stream: trio.abc.Stream) -> str:
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return "memory"
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return "unknown"
+    if isinstance(peer, tuple):
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(peer) or "unix"
+
+
+def _disconnect(nsqd: NSQD, client: ClientV2) -> None:
+    log.info("PROTOCOL(V2): [%s] exiting ioloop", client.remote_address)
+    client.state = STATE_DISCONNECTED
+    if client.channel is not None:
+        client.channel.remove_client(client)
+    nsqd.remove_client(client)
+
+
+async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
+    opts = nsqd.options
+    parser = CommandParser(
+        max_msg_size=opts.max_msg_size,
+        max_body_size=opts.max_body_size,
+        max_req_timeout_ms=int(opts.max_req_timeout * 1000),
+        check_line=lambda name, params: _check_body_command(client, name),
+    )
+    handlers = _HANDLERS
+    stream = client.stream
+    read_deadline = trio.CancelScope()
+    data = initial
+    with read_deadline:
+        while True:
+            if data:
+                parser.feed(data)
+                fatal = False
+                while True:
+                    try:
+                        cmd = parser.next_command()
+                        if cmd is None:
+                            break
+                        handler = handlers.get(cmd.name)
+                        if handler is None:
+                            raise ProtocolError(
+                                E.E_INVALID, f"invalid command {cmd.name.decode('utf-8', 'replace')}"
+                            )
+                        handler(nsqd, client, cmd)
+                    except ProtocolError as err:
+                        log.log(
+                            logging.ERROR if err.fatal else logging.WARNING,
+                            "[%s] - %s", client.remote_address, err,
+                        )
+                        client.out += encode_error(err.body)
+                        if err.fatal:
+                            fatal = True
+                            break
+                    except _CloseConnection:
+                        fatal = True
+                        break
+                channel = client.channel
+                if channel is not None and client.wants_refill():
+                    channel.dispatch()
+                if client.out:
+                    await client.flush()
+                if fatal:
+                    return
+            if client.heartbeat_interval:
+                read_deadline.deadline = trio.current_time() + 2 * client.heartbeat_interval
+            else:
+                read_deadline.deadline = float("inf")
+            data = await stream.receive_some(READ_SIZE)
+            if not data:
+                return
+    if read_deadline.cancelled_caught:
+        log.error(
+            "PROTOCOL(V2): [%s] IO error - read timeout (no heartbeat reply)",
+            client.remote_address,
+        )
+
+
+# -- command handlers (synchronous) ---------------------------------------------------------
+
+
+def _check_body_command(client: ClientV2, name: bytes) -> None:
+    """State checks nsqd makes before reading a command's body."""
+    if name == b"IDENTIFY" and client.state != STATE_INIT:
+        raise ProtocolError(E.E_INVALID, "cannot IDENTIFY in current state")
+    if name == b"AUTH" and client.state != STATE_INIT:
+        raise ProtocolError(E.E_INVALID, "cannot AUTH in current state")
+
+
+def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    assert isinstance(cmd.body, bytes)
+    result = negotiate(cmd.body, nsqd.identify_limits)
+    if result.client_id is not None:
+        client.client_id = result.client_id
+    if result.hostname is not None:
+        client.hostname = result.hostname
+    client.user_agent = result.user_agent
+    client.output_buffer_size = result.output_buffer_size
+    client.output_buffer_timeout = result.output_buffer_timeout_ms / 1000
+    # Like nsqd, only the first IDENTIFY reaches the message pump.
+    if not client.identified:
+        client.identified = True
+        if result.heartbeat_interval_ms == -1:
+            client.heartbeat_interval = None
+        else:
+            client.heartbeat_interval = result.heartbeat_interval_ms / 1000
+            client.next_heartbeat = trio.current_time() + client.heartbeat_interval
+        client.sample_rate = result.sample_rate
+        client.msg_timeout = result.msg_timeout_ms / 1000
+        client.wake.set()
+    client.out += encode_response(result.reply(nsqd.identify_limits))
+
+
+def _auth(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    # No auth server support yet: nsqd answers this way when none is configured.
+    raise ProtocolError(E.E_AUTH_DISABLED, "AUTH disabled")
+
+
+def _sub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    if client.state != STATE_INIT:
+        raise ProtocolError(E.E_INVALID, "cannot SUB in current state")
+    if not client.heartbeat_interval:
+        raise ProtocolError(E.E_INVALID, "cannot SUB with heartbeats disabled")
+    params = cmd.params
+    if len(params) < 2:
+        raise ProtocolError(E.E_INVALID, "SUB insufficient number of parameters")
+    topic_name = _valid_name(params[0], is_valid_topic_name)
+    if topic_name is None:
+        raise ProtocolError(E.E_BAD_TOPIC, f"SUB topic name {go_quote(params[0])} is not valid")
+    channel_name = _valid_name(params[1], is_valid_channel_name)
+    if channel_name is None:
+        raise ProtocolError(
+            E.E_BAD_CHANNEL, f"SUB channel name {go_quote(params[1])} is not valid"
+        )
+    topic = nsqd.get_topic(topic_name)
+    channel = topic.get_channel(channel_name)
+    limit = nsqd.options.max_channel_consumers
+    if limit and len(channel.clients) >= limit:
+        raise ProtocolError(
+            E.E_SUB_FAILED,
+            f"SUB failed consumers for {topic_name}:{channel_name} exceeds limit of {limit}",
+        )
+    if channel.exiting or topic.exiting:
+        raise ProtocolError(E.E_SUB_FAILED, "SUB failed to deleted topic/channel")
+    channel.add_client(client)
+    client.channel = channel
+    client.state = STATE_SUBSCRIBED
+    client.out += OK_FRAME
+
+
+def _valid_name(raw: bytes, is_valid: Callable[[str], bool]) -> str | None:
+    try:
+        name = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return name if is_valid(name) else None
+
+
+def _rdy(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    state = client.state
+    if state == STATE_CLOSING:
+        return
+    if state != STATE_SUBSCRIBED:
+        raise ProtocolError(E.E_INVALID, "cannot RDY in current state")
+    count = 1
+    if cmd.params:
+        parsed = parse_uint(cmd.params[0])
+        if parsed is None:
+            raise ProtocolError(
+                E.E_INVALID, f"RDY could not parse count {cmd.params[0].decode('utf-8', 'replace')}"
+            )
+        count = to_int64(parsed)
+    max_rdy = nsqd.options.max_rdy_count
+    if count < 0 or count > max_rdy:
+        raise ProtocolError(E.E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
+    client.rdy = count
+    if client.channel is not None:
+        client.channel.dispatch()
+
+
+def _message_id(cmd: Command, name: str, min_params: int) -> bytes:
+    if len(cmd.params) < min_params:
+        raise ProtocolError(E.E_INVALID, f"{name} insufficient number of params")
+    message_id = cmd.params[0]
+    if len(message_id) != 16:
+        raise ProtocolError(E.E_INVALID, "invalid message ID")
+    return message_id
+
+
+def _check_consuming(client: ClientV2, name: str) -> None:
+    if client.state != STATE_SUBSCRIBED and client.state != STATE_CLOSING:
+        raise ProtocolError(E.E_INVALID, f"cannot {name} in current state")
+
+
+def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    state = client.state
+    if state != STATE_SUBSCRIBED and state != STATE_CLOSING:
+        raise ProtocolError(E.E_INVALID, "cannot FIN in current state")
+    params = cmd.params
+    if not params:
+        raise ProtocolError(E.E_INVALID, "FIN insufficient number of params")
+    message_id = params[0]
+    if len(message_id) != 16:
+        raise ProtocolError(E.E_INVALID, "invalid message ID")
+    # Fast path of the commonest command: the message is this client's.
+    if client.in_flight.pop(message_id, None) is not None:
+        if client.irregular:
+            client.irregular.discard(message_id)
+        client.finish_count += 1
+        return
+    assert client.channel is not None
+    try:
+        client.channel.finish(client, message_id)
+    except ChannelError as err:
+        raise ProtocolError(
+            E.E_FIN_FAILED, f"FIN {message_id.decode('ascii', 'replace')} failed {err}"
+        ) from None
+
+
+def _req(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    _check_consuming(client, "REQ")
+    message_id = _message_id(cmd, "REQ", 2)
+    parsed = parse_uint(cmd.params[1])
+    if parsed is None:
+        raise ProtocolError(
+            E.E_INVALID, f"REQ could not parse timeout {cmd.params[1].decode('utf-8', 'replace')}"
+        )
+    timeout_ms = to_int64(parsed)
+    max_ms = int(nsqd.options.max_req_timeout * 1000)
+    clamped = min(max(timeout_ms, 0), max_ms)
+    if clamped != timeout_ms:
+        log.info(
+            "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
+            client.remote_address, timeout_ms, max_ms, clamped,
+        )
+    assert client.channel is not None
+    try:
+        client.channel.requeue(client, message_id, clamped / 1000)
+    except ChannelError as err:
+        raise ProtocolError(
+            E.E_REQ_FAILED, f"REQ {message_id.decode('ascii', 'replace')} failed {err}"
+        ) from None
+
+
+def _touch(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    _check_consuming(client, "TOUCH")
+    message_id = _message_id(cmd, "TOUCH", 1)
+    assert client.channel is not None
+    try:
+        client.channel.touch(client, message_id)
+    except ChannelError as err:
+        raise ProtocolError(
+            E.E_TOUCH_FAILED, f"TOUCH {message_id.decode('ascii', 'replace')} failed {err}"
+        ) from None
+
+
+def _nop(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    pass
+
+
+def _cls(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    if client.state != STATE_SUBSCRIBED:
+        raise ProtocolError(E.E_INVALID, "cannot CLS in current state")
+    client.rdy = 0
+    client.state = STATE_CLOSING
+    client.out += CLOSE_WAIT_FRAME
+
+
+def _publish(
+    nsqd: NSQD, client: ClientV2, cmd: Command, bodies: list[bytes], defer: float, failed: str
+) -> None:
+    """PUB, MPUB and DPUB after the parser's checks: queue the messages, answer OK."""
+    topic_name = cmd.params[0].decode("ascii")
+    topic = nsqd.get_topic(topic_name)
+    try:
+        topic.put_bodies(bodies, defer)
+    except TopicExiting as err:
+        raise ProtocolError(failed, f"{cmd.name.decode()} failed {err}") from None
+    counts = client.pub_counts
+    if not counts:
+        nsqd.producers[client.id] = client
+    counts[topic_name] = counts.get(topic_name, 0) + len(bodies)
+    client.out += OK_FRAME
+
+
+def _pub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    assert isinstance(cmd.body, bytes)
+    _publish(nsqd, client, cmd, [cmd.body], 0.0, E.E_PUB_FAILED)
+
+
+def _mpub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    assert isinstance(cmd.body, list)
+    _publish(nsqd, client, cmd, cmd.body, 0.0, E.E_MPUB_FAILED)
+
+
+def _dpub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
+    assert isinstance(cmd.body, bytes)
+    defer_ms = to_int64(parse_uint(cmd.params[1]) or 0)  # range checked by the parser
+    _publish(nsqd, client, cmd, [cmd.body], defer_ms / 1000, E.E_DPUB_FAILED)
+
+
+Handler = Callable[["NSQD", ClientV2, Command], None]
+
+_HANDLERS: dict[bytes, Handler] = {
+    b"FIN": _fin,
+    b"RDY": _rdy,
+    b"REQ": _req,
+    b"PUB": _pub,
+    b"MPUB": _mpub,
+    b"DPUB": _dpub,
+    b"NOP": _nop,
+    b"TOUCH": _touch,
+    b"SUB": _sub,
+    b"CLS": _cls,
+    b"AUTH": _auth,
+    b"IDENTIFY": _identify,
+}

@@ -1,0 +1,184 @@
+"""A topic: message IDs, its memory queue and backend, its channels, and its message pump.
+
+PUB/MPUB/DPUB put messages synchronously (`put_bodies`): each becomes a framed `bytes` with
+a fresh ID and is queued in memory (up to --mem-queue-size) or in the backend. The pump task,
+woken once per put batch, copies queued messages to every channel, then lets each channel
+dispatch to its subscribers. With no channel (or while paused) messages wait in the topic and
+go to the first channel created.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..protocol.frames import FRAME_TYPE_MESSAGE
+from ..protocol.guid import GUIDFactory
+from ..protocol.names import is_ephemeral
+from .backend import Backend
+from .channel import Channel
+from .wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+log = logging.getLogger("trionsq.nsqd")
+
+_FRAMED_HEADER = struct.Struct(">IiqH16s")
+#: Messages moved to channels per pump pass before yielding to other tasks.
+PUMP_BATCH = 20_000
+
+
+class TopicExiting(Exception):
+    """The topic is being deleted or the daemon is shutting down."""
+
+
+class Topic:
+    __slots__ = (
+        "backend",
+        "channels",
+        "deferred",
+        "ephemeral",
+        "exiting",
+        "guid",
+        "mem_limit",
+        "memory",
+        "message_bytes",
+        "message_count",
+        "name",
+        "nsqd",
+        "paused",
+        "wake",
+    )
+
+    def __init__(self, nsqd: NSQD, name: str, backend: Backend) -> None:
+        self.nsqd = nsqd
+        self.name = name
+        self.ephemeral = is_ephemeral(name)
+        self.backend = backend
+        self.guid = GUIDFactory(nsqd.options.node_id)
+        self.mem_limit = nsqd.options.mem_queue_size
+        self.memory: deque[bytes] = deque()
+        # DPUB messages not yet copied to channels: (frame, defer seconds).
+        self.deferred: list[tuple[bytes, float]] = []
+        self.channels: dict[str, Channel] = {}
+        self.paused = False
+        self.exiting = False
+        self.message_count = 0
+        self.message_bytes = 0
+        self.wake = Wakeup()
+
+    @property
+    def depth(self) -> int:
+        return len(self.memory) + self.backend.depth
+
+    def put_bodies(self, bodies: list[bytes], defer: float = 0.0) -> None:
+        """Accept published message bodies (all or none). Raises TopicExiting."""
+        if self.exiting:
+            raise TopicExiting("exiting")
+        ids = self.guid.next_ids(len(bodies))
+        timestamp = time.time_ns()
+        pack = _FRAMED_HEADER.pack
+        frames = [
+            pack(len(body) + 30, FRAME_TYPE_MESSAGE, timestamp, 0, message_id) + body
+            for message_id, body in zip(ids, bodies, strict=True)
+        ]
+        if defer > 0:
+            self.deferred.extend((frame, defer) for frame in frames)
+        else:
+            room = self.mem_limit - len(self.memory)
+            if room >= len(frames):
+                self.memory.extend(frames)
+            elif room > 0:
+                self.memory.extend(frames[:room])
+                self.backend.put_many(frames[room:])
+            else:
+                self.backend.put_many(frames)
+        self.message_count += len(frames)
+        self.message_bytes += sum(map(len, bodies))
+        self.wake.set()
+
+    # -- the pump -------------------------------------------------------------------------
+
+    async def pump(self) -> None:
+        """Copy messages to every channel whenever some arrive (or a channel appears)."""
+        while True:
+            await self.wake.wait()
+            if self.pump_once():
+                # More is queued: go on after letting other tasks run.
+                self.wake.set()
+
+    def pump_once(self) -> bool:
+        """Move up to PUMP_BATCH messages to the channels; True if more remain."""
+        if self.paused or not self.channels or self.exiting:
+            return False
+        channels = list(self.channels.values())
+        if self.deferred:
+            deferred, self.deferred = self.deferred, []
+            for channel in channels:
+                for frame, delay in deferred:
+                    channel.message_count += 1
+                    channel.defer(frame, delay)
+        memory = self.memory
+        if len(memory) <= PUMP_BATCH:
+            frames = list(memory)
+            memory.clear()
+            if len(frames) < PUMP_BATCH and self.backend.depth:
+                frames += self.backend.take(PUMP_BATCH - len(frames))
+        else:
+            popleft = memory.popleft
+            frames = [popleft() for _ in range(PUMP_BATCH)]
+        if frames:
+            for channel in channels:
+                channel.put_many(frames)
+            for channel in channels:
+                channel.dispatch()
+        return bool(memory) or self.backend.depth > 0
+
+    # -- channels -------------------------------------------------------------------------
+
+    def get_channel(self, name: str) -> Channel:
+        channel = self.channels.get(name)
+        if channel is None:
+            ephemeral = is_ephemeral(name)
+            backend = self.nsqd.make_backend(f"{self.name}:{name}", ephemeral)
+            channel = Channel(self, name, backend, ephemeral)
+            self.channels[name] = channel
+            log.info("TOPIC(%s): new channel(%s)", self.name, name)
+            self.wake.set()
+        return channel
+
+    def delete_channel(self, name: str) -> None:
+        channel = self.channels.pop(name, None)
+        if channel is None:
+            return
+        log.info("TOPIC(%s): deleting channel %s", self.name, name)
+        channel.delete()
+        if self.ephemeral and not self.channels and not self.exiting:
+            self.nsqd.delete_topic(self.name)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Shutdown: flush channels and the topic's own queue to their backends."""
+        self.exiting = True
+        for channel in self.channels.values():
+            channel.close()
+        frames = list(self.memory) + [frame for frame, _ in self.deferred]
+        self.memory.clear()
+        self.deferred.clear()
+        self.backend.put_many(frames)
+        self.backend.close()
+
+    def delete(self) -> None:
+        self.exiting = True
+        for name in list(self.channels):
+            self.channels.pop(name).delete()
+        self.memory.clear()
+        self.deferred.clear()
+        self.backend.delete()
