@@ -35,6 +35,10 @@ STATE_CONNECTED = 2
 STATE_SUBSCRIBED = 3
 STATE_CLOSING = 4
 
+#: Unsent bytes beyond which a client gets no more messages until its output drains, so a
+#: consumer that stops reading holds at most this much (plus one batch) of the daemon's memory.
+OUTPUT_HIGH_WATER = 1 << 20
+
 #: InFlight entry: (frame as it was queued, deadline, delivered_at).
 InFlight = tuple[bytes, float, float]
 
@@ -104,8 +108,9 @@ class ClientV2:
     # -- delivery -------------------------------------------------------------------------
 
     def free_slots(self) -> int:
-        """How many more messages the RDY window admits now."""
-        if self.state != STATE_SUBSCRIBED:
+        """How many more messages the RDY window admits now (none while the client is not
+        reading fast enough: its unsent output is over the high-water mark)."""
+        if self.state != STATE_SUBSCRIBED or len(self.out) > OUTPUT_HIGH_WATER:
             return 0
         return self.rdy - len(self.in_flight)
 
@@ -171,6 +176,9 @@ class ClientV2:
                 await self.stream.send_all(data)
         finally:
             self.sending = False
+        # Output held back by the high-water mark has drained: deliver again.
+        if self.channel is not None and self.wants_refill():
+            self.channel.dispatch()
 
     async def message_pump(self) -> None:
         """Flush when woken; send a heartbeat every heartbeat interval, in any state."""

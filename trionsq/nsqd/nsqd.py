@@ -65,6 +65,7 @@ class NSQD:
         self.tcp_address: tuple[str, int] | str | None = None
         self._next_client_id = 0
         self._nursery: trio.Nursery | None = None
+        self._clients_nursery: trio.Nursery | None = None
         self._exit = trio.Event()
         self._exited = trio.Event()
         self._scan_wake = Wakeup()
@@ -132,8 +133,27 @@ class NSQD:
 
     # -- running --------------------------------------------------------------------------
 
+    def _check_unbuilt_features(self) -> None:
+        """Refuse options whose absence would weaken security; warn about the others."""
+        opts = self.options
+        if opts.tls_cert or opts.tls_key or opts.tls_required != "false":
+            raise StartupError("TLS is not built yet in trionsq (--tls-cert/--tls-key/--tls-required)")
+        if opts.auth_http_addresses:
+            raise StartupError("AUTH is not built yet in trionsq (--auth-http-address)")
+        unbuilt = {
+            "--lookupd-tcp-address": opts.nsqlookupd_tcp_addresses,
+            "--statsd-address": opts.statsd_address,
+            "--e2e-processing-latency-percentile": opts.e2e_processing_latency_percentiles,
+        }
+        for flag, value in unbuilt.items():
+            if value:
+                log.warning("%s is not built yet in trionsq: ignored", flag)
+        if opts.http_address:
+            log.warning("the HTTP API is not built yet in trionsq: --http-address not served")
+
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
+        self._check_unbuilt_features()
         self._lock_data_path()
         try:
             listeners = await self._open_tcp_listeners()
@@ -148,6 +168,7 @@ class NSQD:
                 self._nursery = root
                 root.start_soon(self._queue_scan_loop, name="queue-scan")
                 async with trio.open_nursery() as clients:
+                    self._clients_nursery = clients
                     clients.start_soon(
                         functools.partial(
                             trio.serve_listeners,
@@ -173,6 +194,12 @@ class NSQD:
             await handle_connection(self, stream)
 
         return handler
+
+    def handle_stream(self, stream: trio.abc.Stream) -> None:
+        """Serve an already connected stream as a client connection, in the client nursery
+        (tests hand in in-memory streams; shutdown closes it like any connection)."""
+        assert self._clients_nursery is not None, "NSQD is not running"
+        self._clients_nursery.start_soon(handle_connection, self, stream)
 
     def request_exit(self) -> None:
         """Begin the ordered shutdown (idempotent)."""

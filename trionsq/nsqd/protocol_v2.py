@@ -77,6 +77,9 @@ async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Str
             _disconnect(nsqd, client)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+    except Exception:
+        # A bug must cost this connection only, never the daemon.
+        log.exception("PROTOCOL(V2): [%s] internal error, closing the connection", remote)
     finally:
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(stream)
@@ -158,6 +161,8 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
             data = await stream.receive_some(READ_SIZE)
             if not data:
                 return
+            if type(data) is not bytes:
+                data = bytes(data)
     if read_deadline.cancelled_caught:
         log.error(
             "PROTOCOL(V2): [%s] IO error - read timeout (no heartbeat reply)",

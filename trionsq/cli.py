@@ -1,0 +1,103 @@
+"""The `trionsq` command: `trionsq <daemon-or-app> [NSQ-compatible flags]`, dispatching to nsqd,
+the bench tool and (later) the other NSQ programs, with Go's exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from collections.abc import Callable, Sequence
+
+import trionsq
+
+__all__ = ["main", "version_string"]
+
+#: Programs named on the roadmap but not built yet.
+PLANNED = ("nsqlookupd", "nsqadmin", "nsq_tail", "tail", "to_file", "to_http", "to_nsq", "stat")
+
+_USAGE = """\
+usage: trionsq <command> [flags]
+
+NSQ {nsq} rewritten in Python on Trio (trionsq {ours}); flags and config files as in NSQ.
+
+commands:
+  nsqd         the queue daemon (trionsq nsqd --help for its flags)
+  bench        throughput / latency / memory benchmarks
+  nsqlookupd, nsqadmin, nsq_tail, to_file, to_http, to_nsq, stat   (not built yet)
+"""
+
+
+def version_string(app: str) -> str:
+    """Go's ``version.String(app)`` with trionsq in place of the Go toolchain."""
+    return (
+        f"{app} v{trionsq.NSQ_VERSION} "
+        f"(built w/trionsq {trionsq.__version__}, python {platform.python_version()})"
+    )
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _nsqd(argv: Sequence[str]) -> int:
+    from trionsq.logs import setup_logging
+    from trionsq.nsqd.options import parse_nsqd_args
+    from trionsq.options import FlagError, HelpRequested, ValidationError
+
+    try:
+        options = parse_nsqd_args(argv)
+    except HelpRequested as help_:
+        sys.stderr.write(help_.usage)
+        return 0
+    except FlagError as exc:
+        _err(f"trionsq nsqd: {exc}")
+        return 2
+    if options.version:
+        print(version_string("nsqd"))
+        return 0
+    try:
+        options.validate()
+    except ValidationError as exc:
+        _err(f"trionsq nsqd: {exc}")
+        return 1
+    setup_logging("trionsq.nsqd", options.log_prefix, options.log_level)
+
+    from trionsq.nsqd.main import run
+
+    try:
+        return run(options)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _bench(argv: Sequence[str]) -> int:
+    from trionsq.apps.bench import main as bench_main
+
+    return bench_main(list(argv))
+
+
+_COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"nsqd": _nsqd, "bench": _bench}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``trionsq <command> [flags]``; returns the process exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    usage = _USAGE.format(nsq=trionsq.NSQ_VERSION, ours=trionsq.__version__)
+    if not args:
+        sys.stderr.write(usage)
+        return 2
+    command, rest = args[0], args[1:]
+    if command in ("-h", "-help", "--help", "help"):
+        sys.stdout.write(usage)
+        return 0
+    if command in ("-version", "--version", "version"):
+        print(f"trionsq {trionsq.__version__} (nsq {trionsq.NSQ_VERSION})")
+        return 0
+    handler = _COMMANDS.get(command)
+    if handler is not None:
+        return handler(rest)
+    if command in PLANNED:
+        _err(f"trionsq: {command} is not built yet")
+        return 2
+    _err(f"trionsq: unknown command {command!r} (see trionsq --help)")
+    return 2

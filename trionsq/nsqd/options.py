@@ -1,0 +1,548 @@
+"""nsqd's options: the `NSQDOptions` dataclass with NSQ's defaults, its Go-compatible flag table
+and config keys, `parse_nsqd_args` and the startup validation of Go's `nsqd.New`."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from trionsq.logs import parse_log_level
+from trionsq.options import (
+    BOOL,
+    DURATION,
+    FLOATS,
+    INT,
+    STRING,
+    STRINGS,
+    Flag,
+    FlagSet,
+    ValidationError,
+    coerce_config_value,
+    load_config,
+    parse_bool,
+    resolve,
+)
+from trionsq.protocol import default_node_id
+
+__all__ = [
+    "EXPERIMENTS",
+    "NSQDOptions",
+    "cfg_key_for_field",
+    "nsqd_flagset",
+    "parse_nsqd_args",
+]
+
+#: Experiments `--enable-experiment` knows about (post-1.3.0).
+EXPERIMENTS = ("topology-aware-consumption",)
+
+_TLS_VERSIONS = ("tls1.0", "tls1.1", "tls1.2", "tls1.3")
+_TLS_POLICIES = ("", "require", "require-verify")
+# Go's integer encodings, for /config/:opt answers
+_GO_LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
+_GO_TLS_REQUIRED = {"false": 0, "tcp-https": 1, "true": 2}
+_GO_TLS_VERSIONS = {"tls1.0": 0x0301, "tls1.1": 0x0302, "tls1.2": 0x0303, "tls1.3": 0x0304}
+
+
+def _parse_tls_required(text: str) -> str:
+    """Go's tlsRequiredOption.Set: ``tcp-https`` or a ParseBool value (case-insensitive)."""
+    low = text.lower()
+    if low == "tcp-https":
+        return "tcp-https"
+    return "true" if parse_bool(low) else "false"
+
+
+def _parse_tls_min_version(text: str) -> str:
+    """Go's tlsMinVersionOption.Set: tls1.0..tls1.3 (any case); empty keeps the default."""
+    low = text.lower()
+    if low == "":
+        return "tls1.0"
+    if low not in _TLS_VERSIONS:
+        raise ValueError(f'unknown tlsVersionOption "{low}"')
+    return low
+
+
+@dataclass
+class NSQDOptions:
+    """Every nsqd option, NSQ's defaults; durations in float seconds. Field names are the flag
+    names with ``-`` -> ``_`` except ``node_id`` (cfg ``id``), ``nsqlookupd_tcp_addresses``,
+    ``auth_http_addresses``, ``e2e_processing_latency_percentiles`` and ``enable_experiment``."""
+
+    # command-line only
+    version: bool = False
+    config: str = ""
+    verbose: bool = False  # deprecated, no effect
+    worker_id: bool = False  # deprecated, ignored
+
+    # basic options
+    node_id: int = field(default_factory=default_node_id)
+    log_level: str = "info"
+    log_prefix: str = "[nsqd] "
+    tcp_address: str = "0.0.0.0:4150"
+    http_address: str = "0.0.0.0:4151"
+    https_address: str = "0.0.0.0:4152"
+    broadcast_address: str = field(default_factory=socket.gethostname)
+    broadcast_tcp_port: int = 0
+    broadcast_http_port: int = 0
+    nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
+    auth_http_addresses: list[str] = field(default_factory=list)
+    auth_http_request_method: str = "get"
+    http_client_connect_timeout: float = 2.0
+    http_client_request_timeout: float = 5.0
+    topology_region: str = ""
+    topology_zone: str = ""
+
+    # diskqueue options
+    data_path: str = ""
+    mem_queue_size: int = 10000
+    max_bytes_per_file: int = 100 * 1024 * 1024
+    sync_every: int = 2500
+    sync_timeout: float = 2.0
+
+    queue_scan_interval: float = 0.1  # no flag
+    queue_scan_refresh_interval: float = 5.0  # no flag
+    queue_scan_selection_count: int = 20
+    queue_scan_worker_pool_max: int = 4
+    queue_scan_dirty_percent: float = 0.25  # no flag
+
+    # msg and command options
+    msg_timeout: float = 60.0
+    max_msg_timeout: float = 15 * 60.0
+    max_msg_size: int = 1024 * 1024
+    max_body_size: int = 5 * 1024 * 1024
+    max_req_timeout: float = 3600.0
+    client_timeout: float = 60.0  # no flag
+
+    # client overridable configuration options
+    max_heartbeat_interval: float = 60.0
+    max_rdy_count: int = 2500
+    max_output_buffer_size: int = 64 * 1024
+    max_output_buffer_timeout: float = 30.0
+    min_output_buffer_timeout: float = 0.025
+    output_buffer_timeout: float = 0.25
+    max_channel_consumers: int = 0
+
+    # statsd integration
+    statsd_address: str = ""
+    statsd_prefix: str = "nsq.%s"
+    statsd_interval: float = 60.0
+    statsd_mem_stats: bool = True
+    statsd_udp_packet_size: int = 508
+    statsd_exclude_ephemeral: bool = False
+
+    # e2e message latency
+    e2e_processing_latency_window_time: float = 600.0
+    e2e_processing_latency_percentiles: list[float] = field(default_factory=list)
+
+    # TLS config
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_auth_policy: str = ""
+    tls_root_ca_file: str = ""
+    tls_required: str = "false"  # "false" | "true" | "tcp-https"
+    tls_min_version: str = "tls1.0"
+
+    # compression
+    deflate: bool = True
+    max_deflate_level: int = 6
+    snappy: bool = True
+
+    # experimental features
+    enable_experiment: list[str] = field(default_factory=list)
+
+    #: fields given explicitly on the command line / taken from the config file
+    explicit_fields: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    config_fields: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    def has_experiment(self, name: str) -> bool:
+        """True when ``--enable-experiment=name`` was given."""
+        return name in self.enable_experiment
+
+    def get_option_by_cfg_key(self, key: str) -> Any:
+        """The value of the option whose config key is ``key`` (``/config/:opt``); `KeyError` for
+        keys Go's getOptByCfgName would not find (unknown or command-line-only flags)."""
+        return getattr(self, _CFG_TO_FIELD[key])
+
+    def go_value_by_cfg_key(self, key: str) -> Any:
+        """Like `get_option_by_cfg_key`, but as Go nsqd JSON-encodes it: durations in integer
+        nanoseconds, log level / tls_required / tls_min_version as Go's integers."""
+        value = self.get_option_by_cfg_key(key)
+        name = _CFG_TO_FIELD[key]
+        if _FIELD_KINDS[name] == DURATION:
+            return round(value * 1_000_000_000)
+        if name == "log_level":
+            return _GO_LOG_LEVELS[value]
+        if name == "tls_required":
+            return _GO_TLS_REQUIRED[value]
+        if name == "tls_min_version":
+            return _GO_TLS_VERSIONS[value]
+        return value
+
+    def set_option_by_cfg_key(self, key: str, value: Any) -> None:
+        """Set an option from a config-file style value (coerced like the TOML file);
+        `KeyError` for unknown keys, `trionsq.options.FlagError` for bad values."""
+        flag = nsqd_flagset().by_cfg[key]
+        setattr(self, flag.attr, coerce_config_value(flag, value))
+
+    def validate(self) -> None:
+        """Go's nsqd.New checks; raises `ValidationError` with a one-line message. Normalises
+        ``log_level`` and upgrades ``tls_required`` when a client auth policy is set."""
+        try:
+            self.log_level = parse_log_level(self.log_level)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+        if not 1 <= self.max_deflate_level <= 9:
+            raise ValidationError("--max-deflate-level must be [1,9]")
+        if not 0 <= self.node_id < 1024:
+            raise ValidationError("--node-id must be [0,1024)")
+        if self.tls_client_auth_policy not in _TLS_POLICIES:
+            raise ValidationError("--tls-client-auth-policy must be 'require' or 'require-verify'")
+        if self.tls_required not in _GO_TLS_REQUIRED:
+            raise ValidationError("--tls-required must be true, false or tcp-https")
+        if self.tls_client_auth_policy and self.tls_required == "false":
+            self.tls_required = "true"
+        if self.tls_required != "false" and not (self.tls_cert and self.tls_key):
+            raise ValidationError("cannot require TLS client connections without TLS key and cert")
+        if self.tls_min_version not in _TLS_VERSIONS:
+            raise ValidationError(f'unknown tlsVersionOption "{self.tls_min_version}"')
+        if self.auth_http_request_method not in ("post", "get"):
+            raise ValidationError("--auth-http-request-method must be post or get")
+        for p in self.e2e_processing_latency_percentiles:
+            if not 0 < p <= 1:
+                raise ValidationError(f"invalid E2E processing latency percentile: {p:g}")
+
+
+# (flag name, kind, field or None, help, extra Flag keyword arguments)
+_FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
+    ("version", BOOL, None, "print version string", {"cfg": None}),
+    ("config", STRING, None, "path to config file", {"cfg": None}),
+    (
+        "log-level",
+        STRING,
+        None,
+        "set log verbosity: debug, info, warn, error, or fatal",
+        {"parse": parse_log_level, "type_name": "value"},
+    ),
+    ("log-prefix", STRING, None, "log message prefix", {}),
+    ("verbose", BOOL, None, "[deprecated] has no effect, use --log-level", {"cfg": None}),
+    (
+        "node-id",
+        INT,
+        "node_id",
+        "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)",
+        {"cfg": "id"},
+    ),
+    ("worker-id", BOOL, None, "[deprecated] use --node-id", {"cfg": None}),
+    ("https-address", STRING, None, "<addr>:<port> to listen on for HTTPS clients", {}),
+    (
+        "http-address",
+        STRING,
+        None,
+        "address to listen on for HTTP clients (<addr>:<port> for TCP/IP or <path> for unix "
+        "socket)",
+        {},
+    ),
+    (
+        "tcp-address",
+        STRING,
+        None,
+        "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)",
+        {},
+    ),
+    (
+        "auth-http-address",
+        STRINGS,
+        "auth_http_addresses",
+        "<addr>:<port> or a full url to query auth server (may be given multiple times)",
+        {"cfg": "auth_http_addresses"},
+    ),
+    (
+        "auth-http-request-method",
+        STRING,
+        None,
+        "HTTP method to use for auth server requests",
+        {},
+    ),
+    (
+        "broadcast-address",
+        STRING,
+        None,
+        "address that will be registered with lookupd (defaults to the OS hostname)",
+        {},
+    ),
+    (
+        "broadcast-tcp-port",
+        INT,
+        None,
+        "TCP port that will be registered with lookupd (defaults to the TCP port that this nsqd "
+        "is listening on)",
+        {},
+    ),
+    (
+        "broadcast-http-port",
+        INT,
+        None,
+        "HTTP port that will be registered with lookupd (defaults to the HTTP port that this "
+        "nsqd is listening on)",
+        {},
+    ),
+    (
+        "lookupd-tcp-address",
+        STRINGS,
+        "nsqlookupd_tcp_addresses",
+        "lookupd TCP address (may be given multiple times)",
+        {"cfg": "nsqlookupd_tcp_addresses"},
+    ),
+    ("http-client-connect-timeout", DURATION, None, "timeout for HTTP connect", {}),
+    ("http-client-request-timeout", DURATION, None, "timeout for HTTP request", {}),
+    (
+        "topology-region",
+        STRING,
+        None,
+        "A region represents a larger domain, made up of one or more zones for preferring "
+        "closer consumer",
+        {},
+    ),
+    (
+        "topology-zone",
+        STRING,
+        None,
+        "A zone represents a logical failure domain for preferring closer consumer",
+        {},
+    ),
+    ("data-path", STRING, None, "path to store disk-backed messages", {}),
+    (
+        "mem-queue-size",
+        INT,
+        None,
+        "number of messages to keep in memory (per topic/channel)",
+        {},
+    ),
+    (
+        "max-bytes-per-file",
+        INT,
+        None,
+        "number of bytes per diskqueue file before rolling",
+        {},
+    ),
+    ("sync-every", INT, None, "number of messages per diskqueue fsync", {}),
+    ("sync-timeout", DURATION, None, "duration of time per diskqueue fsync", {}),
+    (
+        "queue-scan-worker-pool-max",
+        INT,
+        None,
+        "max concurrency for checking in-flight and deferred message timeouts",
+        {},
+    ),
+    (
+        "queue-scan-selection-count",
+        INT,
+        None,
+        "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts",
+        {},
+    ),
+    (
+        "msg-timeout",
+        DURATION,
+        None,
+        "default duration to wait before auto-requeing a message",
+        {},
+    ),
+    (
+        "max-msg-timeout",
+        DURATION,
+        None,
+        "maximum duration before a message will timeout",
+        {},
+    ),
+    ("max-msg-size", INT, None, "maximum size of a single message in bytes", {}),
+    ("max-req-timeout", DURATION, None, "maximum requeuing timeout for a message", {}),
+    ("max-body-size", INT, None, "maximum size of a single command body", {}),
+    (
+        "max-heartbeat-interval",
+        DURATION,
+        None,
+        "maximum client configurable duration of time between client heartbeats",
+        {},
+    ),
+    ("max-rdy-count", INT, None, "maximum RDY count for a client", {}),
+    (
+        "max-output-buffer-size",
+        INT,
+        None,
+        "maximum client configurable size (in bytes) for a client output buffer",
+        {},
+    ),
+    (
+        "max-output-buffer-timeout",
+        DURATION,
+        None,
+        "maximum client configurable duration of time between flushing to a client",
+        {},
+    ),
+    (
+        "min-output-buffer-timeout",
+        DURATION,
+        None,
+        "minimum client configurable duration of time between flushing to a client",
+        {},
+    ),
+    (
+        "output-buffer-timeout",
+        DURATION,
+        None,
+        "default duration of time between flushing data to clients",
+        {},
+    ),
+    (
+        "max-channel-consumers",
+        INT,
+        None,
+        "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)",
+        {},
+    ),
+    (
+        "statsd-address",
+        STRING,
+        None,
+        "UDP <addr>:<port> of a statsd daemon for pushing stats",
+        {},
+    ),
+    ("statsd-interval", DURATION, None, "duration between pushing to statsd", {}),
+    (
+        "statsd-mem-stats",
+        BOOL,
+        None,
+        "toggle sending memory and GC stats to statsd",
+        {},
+    ),
+    (
+        "statsd-prefix",
+        STRING,
+        None,
+        "prefix used for keys sent to statsd (%s for host replacement)",
+        {},
+    ),
+    ("statsd-udp-packet-size", INT, None, "the size in bytes of statsd UDP packets", {}),
+    (
+        "statsd-exclude-ephemeral",
+        BOOL,
+        None,
+        "Skip ephemeral topics and channels when sending stats to statsd",
+        {},
+    ),
+    (
+        "e2e-processing-latency-percentile",
+        FLOATS,
+        "e2e_processing_latency_percentiles",
+        "message processing time percentiles (as float (0, 1.0]) to track (can be specified "
+        "multiple times or comma separated '1.0,0.99,0.95', default none)",
+        {"cfg": "e2e_processing_latency_percentiles", "sort_desc": True},
+    ),
+    (
+        "e2e-processing-latency-window-time",
+        DURATION,
+        None,
+        "calculate end to end latency quantiles for this duration of time (ie: 60s would only "
+        "show quantile calculations from the past 60 seconds)",
+        {},
+    ),
+    ("tls-cert", STRING, None, "path to certificate file", {}),
+    ("tls-key", STRING, None, "path to key file", {}),
+    (
+        "tls-client-auth-policy",
+        STRING,
+        None,
+        "client certificate auth policy ('require' or 'require-verify')",
+        {},
+    ),
+    ("tls-root-ca-file", STRING, None, "path to certificate authority file", {}),
+    (
+        "tls-required",
+        STRING,
+        None,
+        "require TLS for client connections (true, false, tcp-https)",
+        {"parse": _parse_tls_required, "bool_flag": True},
+    ),
+    (
+        "tls-min-version",
+        STRING,
+        None,
+        "minimum SSL/TLS version acceptable ('tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
+        {"parse": _parse_tls_min_version, "type_name": "value"},
+    ),
+    (
+        "deflate",
+        BOOL,
+        None,
+        "enable deflate feature negotiation (client compression)",
+        {},
+    ),
+    (
+        "max-deflate-level",
+        INT,
+        None,
+        "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)",
+        {},
+    ),
+    (
+        "snappy",
+        BOOL,
+        None,
+        "enable snappy feature negotiation (client compression)",
+        {},
+    ),
+    (
+        "enable-experiment",
+        STRINGS,
+        "enable_experiment",
+        "enable experimental feature (may be given multiple times) (valid options: "
+        + ", ".join(f'"{e}"' for e in EXPERIMENTS)
+        + ")",
+        {"cfg": "enable_experiment"},
+    ),
+)
+
+_FIELD_KINDS = {(spec[2] or spec[0].replace("-", "_")): spec[1] for spec in _FLAG_SPECS}
+_FIELD_TO_CFG: dict[str, str] = {
+    (spec[2] or spec[0].replace("-", "_")): spec[4].get("cfg", spec[0].replace("-", "_"))
+    for spec in _FLAG_SPECS
+    if spec[4].get("cfg", "") is not None
+}
+_CFG_TO_FIELD = {cfg: name for name, cfg in _FIELD_TO_CFG.items()}
+
+
+def cfg_key_for_field(name: str) -> str | None:
+    """The TOML / ``/config`` key for field ``name``; ``None`` for fields without one."""
+    return _FIELD_TO_CFG.get(name)
+
+
+def nsqd_flagset(defaults: NSQDOptions | None = None) -> FlagSet:
+    """nsqd's flag table (defaults from ``defaults`` or a fresh `NSQDOptions`)."""
+    base = NSQDOptions() if defaults is None else defaults
+    flags = []
+    for name, kind, attr, help_text, extra in _FLAG_SPECS:
+        attr = attr or name.replace("-", "_")
+        flags.append(Flag(name, kind, getattr(base, attr), help_text, field=attr, **extra))
+    return FlagSet("nsqd", flags)
+
+
+def parse_nsqd_args(argv: Sequence[str]) -> NSQDOptions:
+    """Parse nsqd's command line (without the program name), then its ``--config`` TOML file
+    (skipped when ``--version`` is given, as in Go). Raises `trionsq.options.FlagError`,
+    `trionsq.options.HelpRequested`; does not call `NSQDOptions.validate`."""
+    flagset = nsqd_flagset()
+    parsed = flagset.parse(argv)
+    config: dict[str, Any] = {}
+    path = parsed.values.get("config", "")
+    if path and not parsed.values.get("version"):
+        config = load_config(path)
+    resolved = resolve(flagset, parsed, config)
+    known = {f.name for f in fields(NSQDOptions)}
+    values = {k: v for k, v in resolved.values.items() if k in known}
+    return NSQDOptions(
+        **values,
+        explicit_fields=resolved.from_flags,
+        config_fields=resolved.from_config,
+    )
