@@ -328,3 +328,28 @@ async def test_an_internal_error_ends_only_that_connection(nursery, tmp_path, mo
     survivor = await Conn.open(nsqd)
     await survivor.send(pub("t", b"still here"))
     assert await survivor.response() == b"OK"
+
+
+async def test_an_overlong_command_line_closes_without_an_error_frame(nursery, tmp_path):
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    conn = await Conn.open(nsqd)
+    await conn.send(b"PUB " + b"t" * 20_000)
+    assert await conn.closed()
+    assert conn.decoder.buffered == 0
+
+
+async def test_a_body_cut_short_by_the_read_deadline_gets_nsqds_read_error(
+    nursery, tmp_path, autojump_clock
+):
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    conn = await Conn.open(nsqd, heartbeat_interval=1000)
+    await conn.send(pub("t", b"0123456789")[:-4])
+    assert await conn.error() == b"E_BAD_MESSAGE PUB failed to read message body"
+    assert await conn.closed()
+
+
+async def test_identify_without_client_id_and_hostname_stores_them_empty(nursery, tmp_path):
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    await Conn.open(nsqd, user_agent="test/1.0")
+    (client,) = nsqd.clients.values()
+    assert (client.client_id, client.hostname, client.user_agent) == ("", "", "test/1.0")

@@ -21,7 +21,7 @@ import trio
 
 from ..protocol.message import with_attempts
 from .backend import Backend
-from .client_v2 import STATE_SUBSCRIBED, ClientV2, InFlight
+from .client_v2 import ClientV2, InFlight
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -218,7 +218,9 @@ class Channel:
             self.dispatch()
         return self.next_deadline()
 
-    def _expire(self, table: dict[bytes, InFlight], irregular: set[bytes] | None, now: float) -> bool:
+    def _expire(
+        self, table: dict[bytes, InFlight], irregular: set[bytes] | None, now: float
+    ) -> bool:
         expired = []
         for message_id, entry in table.items():
             if entry[1] > now:

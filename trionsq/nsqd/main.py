@@ -20,6 +20,17 @@ def run(options: NSQDOptions) -> int:
     except StartupError as err:
         log.critical("%s", err)
         return 1
+    except BaseExceptionGroup as group:
+        startup, _ = group.split(StartupError)
+        if startup is None:
+            raise
+        log.critical("%s", _first_leaf(startup))
+        return 1
+
+
+def _first_leaf(group: BaseExceptionGroup[StartupError]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def _main(options: NSQDOptions) -> int:

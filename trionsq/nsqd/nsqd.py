@@ -26,8 +26,8 @@ from typing import Any
 import trio
 
 from .. import NSQ_VERSION
-from ..protocol.negotiation import IdentifyLimits
 from ..protocol.names import is_ephemeral
+from ..protocol.negotiation import IdentifyLimits
 from .backend import Backend, DiscardBackend, MemoryBackend
 from .client_v2 import ClientV2
 from .options import NSQDOptions
@@ -137,7 +137,9 @@ class NSQD:
         """Refuse options whose absence would weaken security; warn about the others."""
         opts = self.options
         if opts.tls_cert or opts.tls_key or opts.tls_required != "false":
-            raise StartupError("TLS is not built yet in trionsq (--tls-cert/--tls-key/--tls-required)")
+            raise StartupError(
+                "TLS is not built yet in trionsq (--tls-cert/--tls-key/--tls-required)"
+            )
         if opts.auth_http_addresses:
             raise StartupError("AUTH is not built yet in trionsq (--auth-http-address)")
         unbuilt = {

@@ -19,8 +19,8 @@ from ..protocol.commands import MAGIC_V2, Command
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_error, encode_response
 from ..protocol.goquote import go_quote
-from ..protocol.negotiation import negotiate
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from ..protocol.negotiation import negotiate
 from ..protocol.parser import CommandParser, parse_uint
 from .channel import ChannelError
 from .client_v2 import (
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("trionsq.nsqd")
 
 READ_SIZE = 65536
+LINE_TOO_LONG = "command line too long"
 
 
 def to_int64(value: int) -> int:
@@ -132,13 +133,23 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                         handler = handlers.get(cmd.name)
                         if handler is None:
                             raise ProtocolError(
-                                E.E_INVALID, f"invalid command {cmd.name.decode('utf-8', 'replace')}"
+                                E.E_INVALID,
+                                f"invalid command {cmd.name.decode('utf-8', 'replace')}",
                             )
                         handler(nsqd, client, cmd)
                     except ProtocolError as err:
+                        if err.text == LINE_TOO_LONG:
+                            # nsqd's line reader fails: it closes without an error frame.
+                            log.error(
+                                "[%s] - failed to read command - %s", client.remote_address, err
+                            )
+                            fatal = True
+                            break
                         log.log(
                             logging.ERROR if err.fatal else logging.WARNING,
-                            "[%s] - %s", client.remote_address, err,
+                            "[%s] - %s",
+                            client.remote_address,
+                            err,
                         )
                         client.out += encode_error(err.body)
                         if err.fatal:
@@ -168,6 +179,13 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
             "PROTOCOL(V2): [%s] IO error - read timeout (no heartbeat reply)",
             client.remote_address,
         )
+        try:
+            parser.eof()
+        except ProtocolError as err:
+            # A body cut short by the deadline: nsqd answers with its read error.
+            client.out += encode_error(err.body)
+            with trio.move_on_after(1):
+                await client.flush()
 
 
 # -- command handlers (synchronous) ---------------------------------------------------------
@@ -184,10 +202,9 @@ def _check_body_command(client: ClientV2, name: bytes) -> None:
 def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     assert isinstance(cmd.body, bytes)
     result = negotiate(cmd.body, nsqd.identify_limits)
-    if result.client_id is not None:
-        client.client_id = result.client_id
-    if result.hostname is not None:
-        client.hostname = result.hostname
+    # nsqd takes both as given, empty when absent.
+    client.client_id = result.client_id or ""
+    client.hostname = result.hostname or ""
     client.user_agent = result.user_agent
     client.output_buffer_size = result.output_buffer_size
     client.output_buffer_timeout = result.output_buffer_timeout_ms / 1000
@@ -223,9 +240,7 @@ def _sub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
         raise ProtocolError(E.E_BAD_TOPIC, f"SUB topic name {go_quote(params[0])} is not valid")
     channel_name = _valid_name(params[1], is_valid_channel_name)
     if channel_name is None:
-        raise ProtocolError(
-            E.E_BAD_CHANNEL, f"SUB channel name {go_quote(params[1])} is not valid"
-        )
+        raise ProtocolError(E.E_BAD_CHANNEL, f"SUB channel name {go_quote(params[1])} is not valid")
     topic = nsqd.get_topic(topic_name)
     channel = topic.get_channel(channel_name)
     limit = nsqd.options.max_channel_consumers
@@ -325,7 +340,10 @@ def _req(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     if clamped != timeout_ms:
         log.info(
             "PROTOCOL(V2): [%s] REQ timeout %d out of range 0-%d. Setting to %d",
-            client.remote_address, timeout_ms, max_ms, clamped,
+            client.remote_address,
+            timeout_ms,
+            max_ms,
+            clamped,
         )
     assert client.channel is not None
     try:

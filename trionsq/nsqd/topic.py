@@ -15,8 +15,6 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-import trio
-
 from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.guid import GUIDFactory
 from ..protocol.names import is_ephemeral

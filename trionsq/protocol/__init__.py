@@ -36,9 +36,9 @@ from .frames import (
     encode_response,
 )
 from .guid import GUIDFactory, default_node_id
-from .negotiation import IdentifyLimits, IdentifyResult, negotiate
 from .message import Message, decode_message, encode_message, encode_message_frame
 from .names import is_ephemeral, is_valid_channel_name, is_valid_name, is_valid_topic_name
+from .negotiation import IdentifyLimits, IdentifyResult, negotiate
 from .parser import CommandParser, parse_uint
 
 __all__ = [

@@ -58,8 +58,9 @@ class ProtocolError(Exception):
 
     @property
     def body(self) -> bytes:
-        """The error frame's payload."""
-        return f"{self.code} {self.text}".encode()
+        """The error frame's payload. Client bytes decoded with ``surrogateescape`` into
+        `text` go back out as the raw bytes, as nsqd echoes them."""
+        return f"{self.code} {self.text}".encode("utf-8", "surrogateescape")
 
     def __repr__(self) -> str:
         return f"ProtocolError({self.code!r}, {self.text!r}, fatal={self.fatal})"

@@ -19,14 +19,17 @@ _FRAME_HEADER = struct.Struct(">Ii")
 
 
 def encode_frame(frame_type: int, data: bytes) -> bytes:
+    """``[size = len(data) + 4][frame_type][data]``."""
     return _FRAME_HEADER.pack(len(data) + 4, frame_type) + data
 
 
 def encode_response(data: bytes) -> bytes:
+    """A response frame (type 0)."""
     return _FRAME_HEADER.pack(len(data) + 4, FRAME_TYPE_RESPONSE) + data
 
 
 def encode_error(data: bytes) -> bytes:
+    """An error frame (type 1); `data` is ``b"<E_CODE> <text>"``."""
     return _FRAME_HEADER.pack(len(data) + 4, FRAME_TYPE_ERROR) + data
 
 
@@ -43,26 +46,42 @@ class FrameDecodeError(ValueError):
 class FrameDecoder:
     """Incremental frame decoder: `feed` bytes, then call `next_frame` until it returns None.
 
-    Each frame is returned as ``(frame_type, data)``.
+    Each frame is returned as ``(frame_type, data)``. A frame still arriving is collected in
+    chunks and joined once it is complete, so a large frame costs no quadratic copying.
     """
 
-    __slots__ = ("_buf", "_max_size", "_pos")
+    __slots__ = ("_buf", "_chunks", "_chunks_len", "_max_size", "_need", "_pos")
 
     def __init__(self, max_frame_size: int = 64 * 1024 * 1024) -> None:
         self._buf = b""
         self._pos = 0
         self._max_size = max_frame_size
+        # Bytes received while waiting for at least `_need` bytes after `_pos`.
+        self._chunks: list[bytes] = []
+        self._chunks_len = 0
+        self._need = 0
 
     def feed(self, data: bytes) -> None:
-        if self._pos:
+        """Append received bytes."""
+        if self._need:
+            self._chunks.append(data)
+            self._chunks_len += len(data)
+            if len(self._buf) - self._pos + self._chunks_len < self._need:
+                return
+            self._buf = b"".join((self._buf[self._pos :], *self._chunks))
+            self._chunks.clear()
+            self._chunks_len = 0
+            self._need = 0
+        elif self._pos < len(self._buf):
             self._buf = self._buf[self._pos :] + data
-            self._pos = 0
-        elif self._buf:
-            self._buf += data
         else:
             self._buf = data
+        self._pos = 0
 
     def next_frame(self) -> tuple[int, bytes] | None:
+        """The next complete frame, or None until more bytes are fed."""
+        if self._need:
+            return None
         buf, pos = self._buf, self._pos
         if len(buf) - pos < 8:
             return None
@@ -71,6 +90,7 @@ class FrameDecoder:
             raise FrameDecodeError(f"invalid frame size {size}")
         end = pos + 4 + size
         if len(buf) < end:
+            self._need = 4 + size
             return None
         self._pos = end
         return frame_type, buf[pos + 8 : end]
@@ -84,4 +104,5 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        """Bytes received and not yet returned in a frame."""
+        return len(self._buf) - self._pos + self._chunks_len

@@ -60,12 +60,25 @@ class GUIDFactory:
         return guid
 
     def next_id(self) -> bytes:
-        """The next 16-byte hex ID, waiting out a wrapped sequence as nsqd does."""
-        while True:
-            try:
-                return b"%016x" % self.new_guid()
-            except GUIDError:
-                time.sleep(0.0005)
+        """The next 16-byte hex ID, never blocking.
+
+        Where nsqd sleeps until the clock allows a new ID (the clock went backwards, or this
+        tick's 4096 IDs are used), a sleep here would stall the whole event loop: instead the
+        last tick's sequence continues, moving to the next tick when it wraps. IDs stay unique
+        and strictly increasing, and run ahead of the clock by at most rate / 4096 ticks.
+        """
+        try:
+            return b"%016x" % self.new_guid()
+        except GUIDError:
+            return b"%016x" % self._continue_last_tick()
+
+    def _continue_last_tick(self) -> int:
+        self._sequence = (self._sequence + 1) & _SEQUENCE_MASK
+        if self._sequence == 0:
+            self._last_ts += 1
+        guid = ((self._last_ts - TWEPOCH) << 22) | self._node_bits | self._sequence
+        self._last_id = guid
+        return guid
 
     def next_ids(self, count: int) -> list[bytes]:
         """`count` consecutive IDs (one clock read when the sequence has room)."""

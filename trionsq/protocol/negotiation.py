@@ -77,57 +77,100 @@ class IdentifyResult:
         ).encode()
 
 
-def _int_field(data: dict[str, Any], key: str) -> int:
-    value = data.get(key, 0)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
-    if isinstance(value, float) and not value.is_integer():
-        raise ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
-    return int(value)
+_FIELD_TYPES: dict[str, str] = {
+    "client_id": "str",
+    "hostname": "str",
+    "user_agent": "str",
+    "heartbeat_interval": "int",
+    "output_buffer_size": "int",
+    "output_buffer_timeout": "int",
+    "feature_negotiation": "bool",
+    "tls_v1": "bool",
+    "deflate": "bool",
+    "deflate_level": "int",
+    "snappy": "bool",
+    "sample_rate": "int32",
+    "msg_timeout": "int",
+    "topology_region": "str",
+    "topology_zone": "str",
+}
+# Go's encoding/json matches keys to fields case-insensitively (Unicode simple folding, where
+# U+017F folds to "s" and U+212A to "k"), an exact match preferred.
+_FOLD = str.maketrans({"\u017f": "s", "\u212a": "k"})
+_INT_RANGE = {"int": (-(1 << 63), (1 << 63) - 1), "int32": (-(1 << 31), (1 << 31) - 1)}
 
 
-def _str_field(data: dict[str, Any], key: str) -> str | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
-    return value
+def _decode_error() -> ProtocolError:
+    return ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
 
 
-def _bool_field(data: dict[str, Any], key: str) -> bool:
-    value = data.get(key, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
-    return value
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+def _decode(body: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Decode an IDENTIFY body as Go's json.Unmarshal into nsqd's identifyDataV2 would.
+
+    Returns (known fields, the whole top-level object). Go's rules: ``null`` (at the top or as
+    a value) leaves things unchanged; keys match fields case-insensitively and the last one
+    wins; ints must be integer literals within range; a type mismatch fails the decode.
+    """
+    objects: list[list[tuple[str, Any]]] = []
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        objects.append(pairs)  # the top-level object, if any, completes last
+        return dict(pairs)
+
+    try:
+        # Go replaces invalid UTF-8 in strings with U+FFFD; elsewhere it is a syntax error.
+        data = json.loads(
+            body.decode("utf-8", "replace"),
+            object_pairs_hook=hook,
+            parse_constant=_reject_constant,
+        )
+    except (ValueError, RecursionError):
+        raise _decode_error() from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise _decode_error()
+    fields: dict[str, Any] = {}
+    for key, value in objects[-1]:
+        if value is None:
+            continue
+        field = key if key in _FIELD_TYPES else key.translate(_FOLD).lower()
+        kind = _FIELD_TYPES.get(field)
+        if kind is None:
+            continue  # unknown keys are ignored
+        if kind == "str":
+            ok = isinstance(value, str)
+        elif kind == "bool":
+            ok = isinstance(value, bool)
+        else:
+            lo, hi = _INT_RANGE[kind]
+            ok = isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+        if not ok:
+            raise _decode_error()
+        fields[field] = value
+    return fields, data
 
 
 def negotiate(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
     """Validate an IDENTIFY body in nsqd's order; raise ProtocolError as nsqd would."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body") from None
-    if not isinstance(data, dict):
-        raise ProtocolError(E_BAD_BODY, "IDENTIFY failed to decode JSON body")
-    # Type-check every known field first, as Go's JSON decoding does.
-    client_id = _str_field(data, "client_id")
-    hostname = _str_field(data, "hostname")
-    user_agent = _str_field(data, "user_agent") or ""
-    heartbeat = _int_field(data, "heartbeat_interval")
-    obuf_timeout = _int_field(data, "output_buffer_timeout")
-    obuf_size = _int_field(data, "output_buffer_size")
-    sample_rate = _int_field(data, "sample_rate")
-    msg_timeout = _int_field(data, "msg_timeout")
-    deflate_level_req = _int_field(data, "deflate_level")
-    feature_negotiation = _bool_field(data, "feature_negotiation")
-    want_tls = _bool_field(data, "tls_v1")
-    want_deflate = _bool_field(data, "deflate")
-    want_snappy = _bool_field(data, "snappy")
+    fields, data = _decode(body)
+    client_id: str | None = fields.get("client_id")
+    hostname: str | None = fields.get("hostname")
+    user_agent: str = fields.get("user_agent", "")
+    heartbeat: int = fields.get("heartbeat_interval", 0)
+    obuf_timeout: int = fields.get("output_buffer_timeout", 0)
+    obuf_size: int = fields.get("output_buffer_size", 0)
+    sample_rate: int = fields.get("sample_rate", 0)
+    msg_timeout: int = fields.get("msg_timeout", 0)
+    deflate_level_req: int = fields.get("deflate_level", 0)
+    feature_negotiation: bool = fields.get("feature_negotiation", False)
+    want_tls: bool = fields.get("tls_v1", False)
+    want_deflate: bool = fields.get("deflate", False)
+    want_snappy: bool = fields.get("snappy", False)
 
     def invalid(what: str, value: int) -> ProtocolError:
         return ProtocolError(E_BAD_BODY, f"IDENTIFY {what} ({value}) is invalid")
@@ -141,8 +184,19 @@ def negotiate(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
     else:
         raise invalid("heartbeat interval", heartbeat)
 
+    # nsqd's SetOutputBuffer checks the timeout first, then the size (and size -1 forces the
+    # timeout to 0 whatever was asked).
     out_size = 16384
     out_timeout = limits.output_buffer_timeout_ms
+    if obuf_timeout == -1:
+        out_timeout = 0
+    elif obuf_timeout == 0:
+        pass
+    elif limits.min_output_buffer_timeout_ms <= obuf_timeout <= limits.max_output_buffer_timeout_ms:
+        out_timeout = obuf_timeout
+    else:
+        raise invalid("output buffer timeout", obuf_timeout)
+
     if obuf_size == -1:
         out_size, out_timeout = 1, 0
     elif obuf_size == 0:
@@ -151,17 +205,6 @@ def negotiate(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
         out_size = obuf_size
     else:
         raise invalid("output buffer size", obuf_size)
-
-    if obuf_timeout == -1:
-        out_timeout = 0
-    elif obuf_timeout == 0:
-        pass
-    elif (
-        limits.min_output_buffer_timeout_ms <= obuf_timeout <= limits.max_output_buffer_timeout_ms
-    ):
-        out_timeout = obuf_timeout
-    else:
-        raise invalid("output buffer timeout", obuf_timeout)
 
     if not 0 <= sample_rate <= 99:
         raise invalid("sample rate", sample_rate)
@@ -173,13 +216,13 @@ def negotiate(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
     else:
         raise invalid("msg timeout", msg_timeout)
 
-    deflate_level = deflate_level_req if deflate_level_req > 0 else 6
-    deflate_level = min(deflate_level, limits.max_deflate_level)
-
     # Without feature negotiation nothing is negotiated.
     tls = feature_negotiation and want_tls and limits.tls_available
     deflate = feature_negotiation and want_deflate and limits.deflate_available
     snappy = feature_negotiation and want_snappy and limits.snappy_available
+    # The requested level counts only when deflate is granted; the result is reported anyway.
+    deflate_level = deflate_level_req if deflate and deflate_level_req > 0 else 6
+    deflate_level = min(deflate_level, limits.max_deflate_level)
     if deflate and snappy:
         raise ProtocolError(E_IDENTIFY_FAILED, "cannot enable both deflate and snappy compression")
 

@@ -4,11 +4,18 @@ Theory of operation: `feed` appends received bytes; `next_command` returns the n
 `Command`, None when more bytes are needed, or raises `ProtocolError` carrying the NSQ error
 code, text and fatality. Checks run in nsqd's order (reference §1.3): for each command, the
 checks nsqd makes before it reads the body (parameter count, names, numbers) raise as soon as
-the line is complete, without waiting for a body that may never come. An optional
-`check_line(name, params)` hook lets the daemon add its own pre-body checks (connection state).
+the line is complete, without waiting for a body that may never come; a size field is checked
+as soon as its 4 bytes are in. An optional `check_line(name, params)` hook lets the daemon add
+its own pre-body checks (connection state); it runs before the parser's own line checks. When
+the peer's stream ends (EOF or a read deadline), `eof` raises the error nsqd sends for a body
+cut short.
+
+MPUB is read as nsqd reads it (reference §1.3, MPUB quirk): the declared body size is only
+checked against ``max_body_size``; the message count and the messages are then read straight
+from the stream, whatever the declared size says.
 
 Bytes are kept as the immutable `bytes` received (slicing is cheaper than a bytearray here);
-a body still arriving is collected in chunks and joined once, so a large MPUB costs no
+a body still arriving is collected in chunks and joined once, so a large body costs no
 quadratic copying.
 """
 
@@ -25,20 +32,28 @@ from .errors import (
     E_INVALID,
     ProtocolError,
 )
+from .goquote import go_quote
 from .names import is_valid_topic_name
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
+# Command is a NamedTuple; building it through tuple.__new__ skips the generated __new__'s
+# argument handling, which is a third of the cost of parsing a FIN.
+_new_command = tuple.__new__
 
 DEFAULT_MAX_MSG_SIZE = 1024 * 1024
 DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
-#: A command line longer than this without a newline is rejected (nsqd's bufio reader size
-#: is 16 KiB; a longer line fails to read and the connection is closed).
+DEFAULT_MAX_REQ_TIMEOUT_MS = 60 * 60 * 1000
+#: nsqd reads lines with a 16 KiB bufio.Reader: a line (with its ``\n``) that does not fit is
+#: a read error and the connection is closed.
 MAX_LINE_LENGTH = 16 * 1024
+
+_UINT64_MASK = (1 << 64) - 1
+_INT64_SIGN = 1 << 63
 
 CheckLine = Callable[[bytes, tuple[bytes, ...]], None]
 
-# Per body-carrying command: (kind of body, error code for body problems).
+# Kinds of body-carrying commands.
 _PUB, _MPUB, _DPUB, _IDENTIFY, _AUTH = range(5)
 _BODY_KIND = {
     b"PUB": _PUB,
@@ -47,48 +62,50 @@ _BODY_KIND = {
     b"IDENTIFY": _IDENTIFY,
     b"AUTH": _AUTH,
 }
+# MPUB progress before the messages: waiting for the body size, then for the count.
+_MPUB_SIZE = -2
+_MPUB_COUNT = -1
 
 
 def parse_uint(text: bytes) -> int | None:
-    """Unsigned decimal as Go's strconv.ParseUint(s, 10, 64) accepts it, else None."""
-    if not text or not text.isdigit() or not text.isascii():
+    """An unsigned decimal as nsqd's ``protocol.ByteToBase10`` reads it, or None if it has a
+    byte other than ``0-9``.
+
+    Like nsqd: the empty string is 0 and the value wraps modulo 2**64 (only the last 64 digits
+    matter, since 10**64 is a multiple of 2**64).
+    """
+    if not text:
+        return 0
+    if not text.isdigit():  # bytes.isdigit is ASCII-only
         return None
-    value = int(text)
-    return value if value < (1 << 64) else None
+    return int(text[-64:]) & _UINT64_MASK
+
+
+def _to_int64(value: int) -> int:
+    value &= _UINT64_MASK
+    return value - (1 << 64) if value & _INT64_SIGN else value
+
+
+# Topic names already found valid: PUB checks its topic on every command, and a set lookup
+# costs a tenth of the regex. Bounded, since names come from clients.
+_valid_topics: set[bytes] = set()
+_VALID_TOPICS_MAX = 4096
 
 
 def _topic_check(cmd: str, topic: bytes, code_prefix: str = "") -> None:
+    if topic in _valid_topics:
+        return
     try:
         name = topic.decode("ascii")
     except UnicodeDecodeError:
-        name = None
-    if name is None or not is_valid_topic_name(name):
-        shown = topic.decode("utf-8", "replace")
-        raise ProtocolError(E_BAD_TOPIC, f'{code_prefix}{cmd} topic name "{shown}" is not valid')
-
-
-def _pre_body_checks(name: bytes, params: tuple[bytes, ...]) -> int | None:
-    """nsqd's checks made before a body is read. Returns the DPUB defer for DPUB."""
-    if name == b"PUB":
-        if len(params) < 1:
-            raise ProtocolError(E_INVALID, "PUB insufficient number of parameters")
-        _topic_check("PUB", params[0])
-    elif name == b"MPUB":
-        if len(params) < 1:
-            raise ProtocolError(E_INVALID, "MPUB insufficient number of parameters")
-        # nsqd repeats the code in this message's text (reference §1.3, MPUB quirk).
-        _topic_check("MPUB", params[0], "E_BAD_TOPIC ")
-    elif name == b"DPUB":
-        if len(params) < 2:
-            raise ProtocolError(E_INVALID, "DPUB insufficient number of parameters")
-        _topic_check("DPUB", params[0])
-        if parse_uint(params[1]) is None:
-            raise ProtocolError(
-                E_INVALID, f"DPUB could not parse timeout {params[1].decode('utf-8', 'replace')}"
-            )
-    elif name == b"AUTH" and params:
-        raise ProtocolError(E_INVALID, "AUTH invalid number of parameters")
-    return None
+        name = ""
+    if not is_valid_topic_name(name):
+        raise ProtocolError(
+            E_BAD_TOPIC, f"{code_prefix}{cmd} topic name {go_quote(topic)} is not valid"
+        )
+    if len(_valid_topics) >= _VALID_TOPICS_MAX:
+        _valid_topics.clear()
+    _valid_topics.add(topic)
 
 
 class CommandParser:
@@ -98,12 +115,16 @@ class CommandParser:
         "_buf",
         "_chunks",
         "_chunks_len",
+        "_kind",
+        "_mpub_bodies",
+        "_mpub_left",
         "_need",
         "_pending",
         "_pos",
         "check_line",
         "max_body_size",
         "max_msg_size",
+        "max_req_timeout_ms",
     )
 
     def __init__(
@@ -111,20 +132,27 @@ class CommandParser:
         max_msg_size: int = DEFAULT_MAX_MSG_SIZE,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         check_line: CheckLine | None = None,
+        max_req_timeout_ms: int = DEFAULT_MAX_REQ_TIMEOUT_MS,
     ) -> None:
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
+        self.max_req_timeout_ms = max_req_timeout_ms
         self.check_line = check_line
         self._buf = b""
         self._pos = 0
-        # Bytes received while waiting for at least `_need` buffered bytes.
+        # Bytes received while waiting for at least `_need` bytes after `_pos`.
         self._chunks: list[bytes] = []
         self._chunks_len = 0
         self._need = 0
         # A command whose line is parsed and checked, waiting for its body.
         self._pending: tuple[bytes, tuple[bytes, ...]] | None = None
+        self._kind = 0
+        # MPUB progress: _MPUB_SIZE, _MPUB_COUNT, or the number of messages still to read.
+        self._mpub_left = _MPUB_SIZE
+        self._mpub_bodies: list[bytes] = []
 
     def feed(self, data: bytes) -> None:
+        """Append received bytes."""
         if self._need:
             self._chunks.append(data)
             self._chunks_len += len(data)
@@ -144,6 +172,7 @@ class CommandParser:
 
     @property
     def buffered(self) -> int:
+        """Bytes received and not yet consumed by a returned command."""
         return len(self._buf) - self._pos + self._chunks_len
 
     def _wait_for(self, total: int) -> None:
@@ -151,6 +180,7 @@ class CommandParser:
         self._need = total
 
     def next_command(self) -> Command | None:
+        """The next complete command, or None until more bytes are fed."""
         if self._need:
             return None
         buf = self._buf
@@ -158,27 +188,34 @@ class CommandParser:
         if self._pending is None:
             nl = buf.find(b"\n", pos)
             if nl < 0:
-                if len(buf) - pos > MAX_LINE_LENGTH:
+                if len(buf) - pos >= MAX_LINE_LENGTH:
                     raise ProtocolError(E_INVALID, "command line too long")
                 return None
+            if nl - pos >= MAX_LINE_LENGTH:  # whatever the chunking, as nsqd's reader
+                raise ProtocolError(E_INVALID, "command line too long")
             end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl  # strip a trailing \r
             parts = buf[pos:end].split(b" ")
             name = parts[0]
             params = tuple(parts[1:])
+            self._pos = pos = nl + 1
             kind = _BODY_KIND.get(name)
             if kind is None:
-                self._pos = nl + 1
                 if self.check_line is not None:
                     self.check_line(name, params)
-                return Command(name, params, None)
-            self._pos = pos = nl + 1
+                return _new_command(Command, (name, params, None))
             if self.check_line is not None:
                 self.check_line(name, params)
-            _pre_body_checks(name, params)
+            self._pre_body_checks(kind, params)
             self._pending = (name, params)
+            self._kind = kind
+            if kind == _MPUB:
+                self._mpub_left = _MPUB_SIZE
+                self._mpub_bodies = []
         else:
             name, params = self._pending
-            kind = _BODY_KIND[name]
+            kind = self._kind
+        if kind == _MPUB:
+            return self._next_mpub(name, params)
         # A body follows: [4-byte size][size bytes].
         if len(buf) - pos < 4:
             self._wait_for(4)
@@ -191,12 +228,37 @@ class CommandParser:
         body = buf[pos + 4 : pos + 4 + size]
         self._pos = pos + 4 + size
         self._pending = None
-        if kind == _MPUB:
-            return Command(name, params, self._split_mpub(body))
-        return Command(name, params, body)
+        return _new_command(Command, (name, params, body))
+
+    def _pre_body_checks(self, kind: int, params: tuple[bytes, ...]) -> None:
+        """nsqd's checks made before a body is read, in its order."""
+        if kind == _PUB:
+            if len(params) < 1:
+                raise ProtocolError(E_INVALID, "PUB insufficient number of parameters")
+            _topic_check("PUB", params[0])
+        elif kind == _MPUB:
+            if len(params) < 1:
+                raise ProtocolError(E_INVALID, "MPUB insufficient number of parameters")
+            # nsqd repeats the code in this message's text (reference §1.3, MPUB quirk).
+            _topic_check("MPUB", params[0], "E_BAD_TOPIC ")
+        elif kind == _DPUB:
+            if len(params) < 2:
+                raise ProtocolError(E_INVALID, "DPUB insufficient number of parameters")
+            _topic_check("DPUB", params[0])
+            ms = parse_uint(params[1])
+            if ms is None:
+                text = params[1].decode("utf-8", "surrogateescape")
+                raise ProtocolError(E_INVALID, f"DPUB could not parse timeout {text}")
+            # Go: time.Duration(int64(ms)) * time.Millisecond, both int64 and wrapping.
+            ns = _to_int64(_to_int64(ms) * 1_000_000)
+            max_ms = self.max_req_timeout_ms
+            if ns < 0 or ns > max_ms * 1_000_000:
+                raise ProtocolError(E_INVALID, f"DPUB timeout {ms} out of range 0-{max_ms}")
+        elif kind == _AUTH and params:
+            raise ProtocolError(E_INVALID, "AUTH invalid number of parameters")
 
     def _check_body_size(self, kind: int, name: bytes, size: int) -> None:
-        if kind == _PUB or kind == _DPUB:
+        if kind in (_PUB, _DPUB):
             cmd = "PUB" if kind == _PUB else "DPUB"
             if size <= 0:
                 raise ProtocolError(E_BAD_MESSAGE, f"{cmd} invalid message body size {size}")
@@ -212,35 +274,84 @@ class CommandParser:
         else:
             cmd = name.decode()
             if size > self.max_body_size:
-                raise ProtocolError(
-                    E_BAD_BODY, f"{cmd} body too big {size} > {self.max_body_size}"
-                )
+                raise ProtocolError(E_BAD_BODY, f"{cmd} body too big {size} > {self.max_body_size}")
             if size <= 0:
                 raise ProtocolError(E_BAD_BODY, f"{cmd} invalid body size {size}")
 
-    def _split_mpub(self, body: bytes) -> list[bytes]:
-        """Split an MPUB body into message bodies, with nsqd's checks and messages."""
-        if len(body) < 4:
-            raise ProtocolError(E_BAD_BODY, "MPUB failed to read message count")
-        (count,) = _unpack_int32(body, 0)
-        if count <= 0 or count > (self.max_body_size - 4) // 5:
-            raise ProtocolError(E_BAD_BODY, f"MPUB invalid message count {count}")
-        max_msg = self.max_msg_size
-        out = []
-        append = out.append
-        pos = 4
-        n = len(body)
-        for i in range(count):
+    def _next_mpub(self, name: bytes, params: tuple[bytes, ...]) -> Command | None:
+        """Read MPUB's ``[size][count]([size][message])*`` as far as the buffer goes."""
+        buf = self._buf
+        pos = self._pos
+        n = len(buf)
+        left = self._mpub_left
+        if left < 0:
+            if left == _MPUB_SIZE:
+                if n - pos < 4:
+                    self._wait_for(4)
+                    return None
+                (size,) = _unpack_int32(buf, pos)
+                self._check_body_size(_MPUB, name, size)
+                self._pos = pos = pos + 4
+                self._mpub_left = _MPUB_COUNT
             if n - pos < 4:
-                raise ProtocolError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
-            (size,) = _unpack_int32(body, pos)
+                self._wait_for(4)
+                return None
+            (left,) = _unpack_int32(buf, pos)
+            if left <= 0 or left > (self.max_body_size - 4) // 5:
+                raise ProtocolError(E_BAD_BODY, f"MPUB invalid message count {left}")
+            self._pos = pos = pos + 4
+        bodies = self._mpub_bodies
+        append = bodies.append
+        max_msg = self.max_msg_size
+        while left:
+            if n - pos < 4:
+                self._wait_for(4)
+                break
+            (size,) = _unpack_int32(buf, pos)
             if size <= 0:
+                i = len(bodies)
                 raise ProtocolError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {size}")
             if size > max_msg:
                 raise ProtocolError(E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg}")
-            pos += 4
-            if n - pos < size:
-                raise ProtocolError(E_BAD_MESSAGE, "MPUB failed to read message body")
-            append(body[pos : pos + size])
-            pos += size
-        return out
+            end = pos + 4 + size
+            if end > n:
+                self._wait_for(4 + size)
+                break
+            append(buf[pos + 4 : end])
+            pos = end
+            left -= 1
+        self._pos = pos
+        self._mpub_left = left
+        if left:
+            return None
+        self._pending = None
+        self._mpub_bodies = []
+        return _new_command(Command, (name, params, bodies))
+
+    def eof(self) -> None:
+        """The peer's stream ended (EOF, or a read deadline passed) after `next_command`
+        returned None. Raise the error nsqd sends when a command's body is cut short; a
+        partial command line ends the connection without an error, so nothing is raised."""
+        if self._pending is None:
+            return
+        cmd = self._pending[0].decode()
+        kind = self._kind
+        # Bytes after _pos are fewer than needed, or next_command would have used them.
+        short_size = self._need == 4 or self.buffered < 4
+        if kind == _MPUB:
+            left = self._mpub_left
+            if left == _MPUB_SIZE:
+                raise ProtocolError(E_BAD_BODY, "MPUB failed to read body size")
+            if left == _MPUB_COUNT:
+                raise ProtocolError(E_BAD_BODY, "MPUB failed to read message count")
+            if short_size:
+                i = len(self._mpub_bodies)
+                raise ProtocolError(E_BAD_MESSAGE, f"MPUB failed to read message({i}) body size")
+            raise ProtocolError(E_BAD_MESSAGE, "MPUB failed to read message body")
+        if kind in (_PUB, _DPUB):
+            if short_size:
+                raise ProtocolError(E_BAD_MESSAGE, f"{cmd} failed to read message body size")
+            raise ProtocolError(E_BAD_MESSAGE, f"{cmd} failed to read message body")
+        if short_size:
+            raise ProtocolError(E_BAD_BODY, f"{cmd} failed to read body size")
+        raise ProtocolError(E_BAD_BODY, f"{cmd} failed to read body")
