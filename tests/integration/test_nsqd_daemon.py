@@ -353,3 +353,30 @@ async def test_identify_without_client_id_and_hostname_stores_them_empty(nursery
     await Conn.open(nsqd, user_agent="test/1.0")
     (client,) = nsqd.clients.values()
     assert (client.client_id, client.hostname, client.user_agent) == ("", "", "test/1.0")
+
+
+async def test_a_client_resetting_its_connection_is_not_logged_as_a_bug(nursery, tmp_path, caplog):
+    import socket as stdlib_socket
+    import struct
+
+    from trionsq.protocol import MAGIC_V2, sub
+
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    host, port = nsqd.tcp_address
+    consumer = await trio.open_tcp_stream(host, port)
+    await consumer.send_all(MAGIC_V2 + sub("t", "c") + rdy(100))
+    producer = await Conn.open(nsqd)
+    await producer.send(mpub("t", [b"x" * 1000] * 100))
+    assert await producer.response() == b"OK"
+    await trio.sleep(0.2)
+    # close with RST (SO_LINGER 0) while messages are in flight and unread
+    consumer.socket.setsockopt(
+        stdlib_socket.SOL_SOCKET, stdlib_socket.SO_LINGER, struct.pack("ii", 1, 0)
+    )
+    consumer.socket.close()
+    with trio.fail_after(5):
+        while nsqd.topics["t"].channels["c"].clients:
+            await trio.sleep(0.01)
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    await producer.send(pub("t", b"still serving"))
+    assert await producer.response() == b"OK"

@@ -67,6 +67,7 @@ class ClientV2:
         "remote_address",
         "requeue_count",
         "sample_rate",
+        "send_done",
         "sending",
         "state",
         "stream",
@@ -99,6 +100,7 @@ class ClientV2:
         self.irregular: set[bytes] = set()
         self.out = bytearray()
         self.sending = False
+        self.send_done = trio.lowlevel.ParkingLot()
         self.wake = Wakeup()
         self.message_count = 0
         self.finish_count = 0
@@ -176,9 +178,18 @@ class ClientV2:
                 await self.stream.send_all(data)
         finally:
             self.sending = False
+            if self.send_done:
+                self.send_done.unpark_all()
         # Output held back by the high-water mark has drained: deliver again.
         if self.channel is not None and self.wants_refill():
             self.channel.dispatch()
+
+    async def drain(self) -> None:
+        """Send everything buffered, waiting for another task's send under way (before a
+        connection closes, so that a last error frame is not lost)."""
+        while self.sending:
+            await self.send_done.park()
+        await self.flush()
 
     async def message_pump(self) -> None:
         """Flush when woken; send a heartbeat every heartbeat interval, in any state."""

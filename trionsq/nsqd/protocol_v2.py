@@ -51,39 +51,48 @@ class _CloseConnection(Exception):
 
 
 async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Stream) -> None:
-    """Serve one client connection until it closes."""
+    """Serve one client connection until it closes. Whatever goes wrong ends this connection
+    only: a client going away is ordinary, anything else is logged as a bug."""
     remote = _remote_address(stream)
     try:
-        magic = b""
-        with trio.move_on_after(nsqd.options.client_timeout):
-            while len(magic) < 4:
-                chunk = await stream.receive_some(READ_SIZE)
-                if not chunk:
-                    return
-                magic += chunk
-        if len(magic) < 4:
-            return
-        if magic[:4] != MAGIC_V2:
-            log.error("client(%s) bad protocol magic %r", remote, magic[:4])
-            await stream.send_all(encode_error(E.E_BAD_PROTOCOL.encode()))
-            return
-        client = nsqd.new_client(stream, remote)
-        log.info("TCP: new client(%s)", remote)
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(client.message_pump)
-                await _command_loop(nsqd, client, magic[4:])
-                nursery.cancel_scope.cancel()
-        finally:
-            _disconnect(nsqd, client)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
-    except Exception:
-        # A bug must cost this connection only, never the daemon.
+        await _serve(nsqd, stream, remote)
+    except* (trio.BrokenResourceError, trio.ClosedResourceError) as gone:
+        log.info("PROTOCOL(V2): [%s] connection lost - %s", remote, _first_leaf(gone))
+    except* Exception:
         log.exception("PROTOCOL(V2): [%s] internal error, closing the connection", remote)
     finally:
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(stream)
+
+
+async def _serve(nsqd: NSQD, stream: trio.abc.Stream, remote: str) -> None:
+    magic = b""
+    with trio.move_on_after(nsqd.options.client_timeout):
+        while len(magic) < 4:
+            chunk = await stream.receive_some(READ_SIZE)
+            if not chunk:
+                return
+            magic += chunk
+    if len(magic) < 4:
+        return
+    if magic[:4] != MAGIC_V2:
+        log.error("client(%s) bad protocol magic %r", remote, magic[:4])
+        await stream.send_all(encode_error(E.E_BAD_PROTOCOL.encode()))
+        return
+    client = nsqd.new_client(stream, remote)
+    log.info("TCP: new client(%s)", remote)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.message_pump)
+            await _command_loop(nsqd, client, bytes(magic[4:]))
+            nursery.cancel_scope.cancel()
+    finally:
+        _disconnect(nsqd, client)
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _remote_address(stream: trio.abc.Stream) -> str:
@@ -114,7 +123,7 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
         max_msg_size=opts.max_msg_size,
         max_body_size=opts.max_body_size,
         max_req_timeout_ms=int(opts.max_req_timeout * 1000),
-        check_line=lambda name, params: _check_body_command(client, name),
+        check_line=_body_state_check(client),
     )
     handlers = _HANDLERS
     stream = client.stream
@@ -161,16 +170,18 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                 channel = client.channel
                 if channel is not None and client.wants_refill():
                     channel.dispatch()
+                if fatal:
+                    await client.drain()
+                    return
                 if client.out:
                     await client.flush()
-                if fatal:
-                    return
             if client.heartbeat_interval:
                 read_deadline.deadline = trio.current_time() + 2 * client.heartbeat_interval
             else:
                 read_deadline.deadline = float("inf")
             data = await stream.receive_some(READ_SIZE)
             if not data:
+                await _answer_cut_short(client, parser)
                 return
             if type(data) is not bytes:
                 data = bytes(data)
@@ -179,24 +190,37 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
             "PROTOCOL(V2): [%s] IO error - read timeout (no heartbeat reply)",
             client.remote_address,
         )
-        try:
-            parser.eof()
-        except ProtocolError as err:
-            # A body cut short by the deadline: nsqd answers with its read error.
-            client.out += encode_error(err.body)
-            with trio.move_on_after(1):
-                await client.flush()
+        await _answer_cut_short(client, parser)
+
+
+async def _answer_cut_short(client: ClientV2, parser: CommandParser) -> None:
+    """The stream ended (EOF or read deadline): if a body was cut short, nsqd answers with
+    its read error before closing (a half-closed client still reads it)."""
+    try:
+        parser.eof()
+    except ProtocolError as err:
+        client.out += encode_error(err.body)
+        with trio.move_on_after(1):
+            try:
+                await client.drain()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
 
 # -- command handlers (synchronous) ---------------------------------------------------------
 
 
-def _check_body_command(client: ClientV2, name: bytes) -> None:
-    """State checks nsqd makes before reading a command's body."""
-    if name == b"IDENTIFY" and client.state != STATE_INIT:
-        raise ProtocolError(E.E_INVALID, "cannot IDENTIFY in current state")
-    if name == b"AUTH" and client.state != STATE_INIT:
-        raise ProtocolError(E.E_INVALID, "cannot AUTH in current state")
+def _body_state_check(client: ClientV2) -> Callable[[bytes, tuple[bytes, ...]], None]:
+    """The state checks nsqd makes before it reads IDENTIFY's or AUTH's body."""
+
+    def check(name: bytes, params: tuple[bytes, ...]) -> None:
+        if client.state != STATE_INIT:
+            if name == b"IDENTIFY":
+                raise ProtocolError(E.E_INVALID, "cannot IDENTIFY in current state")
+            if name == b"AUTH":
+                raise ProtocolError(E.E_INVALID, "cannot AUTH in current state")
+
+    return check
 
 
 def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:

@@ -1,0 +1,20 @@
+"""Options shared by the whole suite, registered at its root so that
+`pytest tests --nsqd-tcp-address=...` works as well as `pytest tests/conformance ...`."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("nsq conformance")
+    group.addoption(
+        "--nsqd-tcp-address",
+        default=None,
+        help="HOST:PORT of the nsqd to test (default: start trionsq nsqd)",
+    )
+    group.addoption(
+        "--nsqd-http-address",
+        default=None,
+        help="HOST:PORT of that nsqd's HTTP API (tests that need it skip without it)",
+    )
