@@ -380,3 +380,22 @@ async def test_a_client_resetting_its_connection_is_not_logged_as_a_bug(nursery,
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
     await producer.send(pub("t", b"still serving"))
     assert await producer.response() == b"OK"
+
+
+async def test_a_deleted_topics_pump_task_ends(nursery, tmp_path, autojump_clock):
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+
+    def pump_tasks() -> int:
+        root = nsqd._nursery
+        assert root is not None
+        return sum(t.name.startswith("topic-pump:") for t in root.child_tasks)
+
+    for i in range(5):
+        consumer = await Conn.consumer(nsqd, f"t{i}#ephemeral", "c#ephemeral", ready=1)
+        await consumer.aclose()
+        await trio.sleep(0.1)
+    assert not nsqd.topics
+    assert pump_tasks() == 0
+    await Conn.consumer(nsqd, "kept", "c")
+    await trio.sleep(0.1)
+    assert pump_tasks() == 1

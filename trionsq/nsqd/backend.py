@@ -38,6 +38,21 @@ class Backend(Protocol):
         """Release resources and remove whatever is stored (topic/channel deleted)."""
 
 
+def queue_with_overflow(
+    memory: deque[bytes], limit: int, backend: Backend, frames: list[bytes]
+) -> None:
+    """Queue `frames` in `memory` up to `limit` messages, the rest in `backend`
+    (--mem-queue-size semantics, for topics and channels alike)."""
+    room = limit - len(memory)
+    if room >= len(frames):
+        memory.extend(frames)
+    elif room > 0:
+        memory.extend(frames[:room])
+        backend.put_many(frames[room:])
+    else:
+        backend.put_many(frames)
+
+
 class MemoryBackend:
     """Interim stand-in for the disk queue: an unbounded FIFO in memory (not durable)."""
 

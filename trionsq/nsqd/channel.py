@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..protocol.message import with_attempts
-from .backend import Backend
+from .backend import Backend, queue_with_overflow
 from .client_v2 import ClientV2, InFlight
 
 if TYPE_CHECKING:
@@ -92,14 +92,7 @@ class Channel:
     def put_many(self, frames: list[bytes]) -> None:
         """Queue messages from the topic pump (counted in message_count)."""
         self.message_count += len(frames)
-        room = self.mem_limit - len(self.memory)
-        if room >= len(frames):
-            self.memory.extend(frames)
-        elif room > 0:
-            self.memory.extend(frames[:room])
-            self.backend.put_many(frames[room:])
-        else:
-            self.backend.put_many(frames)
+        queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)
 
     def defer(self, frame: bytes, delay: float) -> None:
         due = trio.current_time() + delay

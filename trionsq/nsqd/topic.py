@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.guid import GUIDFactory
 from ..protocol.names import is_ephemeral
-from .backend import Backend
+from .backend import Backend, queue_with_overflow
 from .channel import Channel
 from .wakeup import Wakeup
 
@@ -89,14 +89,7 @@ class Topic:
         if defer > 0:
             self.deferred.extend((frame, defer) for frame in frames)
         else:
-            room = self.mem_limit - len(self.memory)
-            if room >= len(frames):
-                self.memory.extend(frames)
-            elif room > 0:
-                self.memory.extend(frames[:room])
-                self.backend.put_many(frames[room:])
-            else:
-                self.backend.put_many(frames)
+            queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)
         self.message_count += len(frames)
         self.message_bytes += sum(map(len, bodies))
         self.wake.set()
@@ -104,9 +97,12 @@ class Topic:
     # -- the pump -------------------------------------------------------------------------
 
     async def pump(self) -> None:
-        """Copy messages to every channel whenever some arrive (or a channel appears)."""
+        """Copy messages to every channel whenever some arrive (or a channel appears); end
+        when the topic is deleted or closed."""
         while True:
             await self.wake.wait()
+            if self.exiting:
+                return
             if self.pump_once():
                 # More is queued: go on after letting other tasks run.
                 self.wake.set()
