@@ -121,6 +121,9 @@ def _consumer(index: int, args: tuple[Any, ...], ready: Any, go: Any) -> array[i
     perf_ns = time.perf_counter_ns
     ready.release()
     go.wait()
+    # Stamps from before this run (messages another run or a writer left on the topic) are
+    # finished but not counted.
+    run_start = perf_ns()
     deadline = time.perf_counter() + timeout
     try:
         while len(out) < count:
@@ -143,7 +146,9 @@ def _consumer(index: int, args: tuple[Any, ...], ready: Any, go: Any) -> array[i
                     break
                 if frame_type == 2:
                     fins.append(buf[pos + 18 : pos + 34])
-                    append(now - stamp_from(buf, pos + 34)[0])
+                    stamp = stamp_from(buf, pos + 34)[0]
+                    if run_start <= stamp <= now:
+                        append(now - stamp)
                 elif frame_type == 0:
                     sock.sendall(b"NOP\n")
                 else:
