@@ -17,7 +17,7 @@ from typing import Any
 from trionsq.protocol import MAGIC_V2, encode_message_frame, encode_response, mpub
 
 from . import reader, writer
-from .common import _CTX, BenchError
+from .common import _CTX, BenchError, ThroughputResult
 
 _OK = encode_response(b"OK")
 
@@ -103,7 +103,7 @@ def run(
     procs: int = 1,
     inflight: int = 1,
     rdy: int = 2500,
-) -> writer.WriterResult | reader.ReaderResult:
+) -> ThroughputResult:
     """Run the `kind` ("writer" or "reader") client against the fake server."""
     cmd_len = len(mpub("ceiling", [b"\0" * size] * batch_size))
     port_out = _CTX.Queue()

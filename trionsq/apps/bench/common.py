@@ -16,6 +16,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from trionsq.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2
@@ -82,6 +83,25 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
         raise ValueError(f"percentile {p} out of range (0, 100]")
     rank = math.ceil(p / 100.0 * n - 1e-9)
     return sorted_values[min(max(rank, 1), n) - 1]
+
+
+@dataclass
+class ThroughputResult:
+    """A writer's or reader's measurement."""
+
+    label: str
+    msgs: int
+    elapsed: float
+    size: int
+    #: CPU seconds the client processes used while measuring (user + system).
+    client_cpu: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.msgs / self.elapsed if self.elapsed > 0 else 0.0
+
+    def line(self, label: str | None = None) -> str:
+        return format_throughput(label or self.label, self.elapsed, self.msgs, self.size)
 
 
 def format_throughput(label: str, elapsed: float, msgs: int, size: int) -> str:

@@ -12,36 +12,19 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from .common import (
     _CTX,
     RECV_SIZE,
     BenchError,
-    format_throughput,
+    ThroughputResult,
     run_workers,
     subscribe,
 )
 
 _HEADER = struct.Struct(">Ii")
 _HEARTBEAT_FRAME = _HEADER.pack(15, 0) + b"_heartbeat_"
-
-
-@dataclass
-class ReaderResult:
-    msgs: int
-    elapsed: float
-    size: int
-    #: CPU seconds the client processes used while measuring (user + system).
-    client_cpu: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return self.msgs / self.elapsed if self.elapsed > 0 else 0.0
-
-    def line(self, label: str = "reader") -> str:
-        return format_throughput(label, self.elapsed, self.msgs, self.size)
 
 
 def parse_batch(buf: bytes, pos: int, ids: list[bytes]) -> tuple[int, int]:
@@ -122,7 +105,7 @@ def run(
     runfor: float = 10.0,
     procs: int = 2,
     count: int = 0,
-) -> ReaderResult:
+) -> ThroughputResult:
     """Consume for `runfor` seconds or until `count` (> 0) messages are consumed in all. The
     rate is the messages over the time from go to the last message received."""
     counters = _CTX.RawArray("q", procs)
@@ -148,4 +131,4 @@ def run(
     start = min(r[1] for r in results)
     last = max(r[2] for r in results)
     cpu = sum(r[3] for r in results)
-    return ReaderResult(msgs, max(last - start, 1e-9), size, cpu)
+    return ThroughputResult("reader", msgs, max(last - start, 1e-9), size, cpu)

@@ -9,28 +9,11 @@ value keeps that many MPUBs outstanding per connection (pipelining).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from trionsq.protocol import FRAME_TYPE_RESPONSE, FrameDecoder, mpub
 
-from .common import RECV_SIZE, BenchError, connect, format_throughput, run_workers
-
-
-@dataclass
-class WriterResult:
-    msgs: int
-    elapsed: float
-    size: int
-    #: CPU seconds the client processes used while measuring (user + system).
-    client_cpu: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return self.msgs / self.elapsed if self.elapsed > 0 else 0.0
-
-    def line(self, label: str = "writer") -> str:
-        return format_throughput(label, self.elapsed, self.msgs, self.size)
+from .common import RECV_SIZE, BenchError, ThroughputResult, connect, run_workers
 
 
 def _publish_worker(
@@ -87,7 +70,7 @@ def run(
     procs: int = 2,
     count: int = 0,
     inflight: int = 1,
-) -> WriterResult:
+) -> ThroughputResult:
     """Publish for `runfor` seconds (or `count` messages in all, if > 0) from `procs`
     processes; the rate is the messages acknowledged over the longest worker's time."""
     if count > 0:
@@ -100,7 +83,7 @@ def run(
     results, _ = _run_with_shares(address, topic, size, batch_size, runfor, shares, inflight)
     msgs = sum(r[0] for r in results)
     elapsed = max(r[1] for r in results)
-    return WriterResult(msgs, elapsed, size, sum(r[2] for r in results))
+    return ThroughputResult("writer", msgs, elapsed, size, sum(r[2] for r in results))
 
 
 def _share_worker(
