@@ -162,9 +162,6 @@ class ClientV2:
 
     # -- output ---------------------------------------------------------------------------
 
-    def write_frame(self, frame: bytes) -> None:
-        self.out += frame
-
     async def flush(self) -> None:
         """Send everything buffered. Only one task sends at a time; a caller that finds a
         send under way leaves its bytes to that sender, which loops until the buffer is empty."""

@@ -46,10 +46,6 @@ def to_int64(value: int) -> int:
     return value - (1 << 64) if value >= (1 << 63) else value
 
 
-class _CloseConnection(Exception):
-    """End the connection quietly (the client said goodbye or must be dropped)."""
-
-
 async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Stream) -> None:
     """Serve one client connection until it closes. Whatever goes wrong ends this connection
     only: a client going away is ordinary, anything else is logged as a bug."""
@@ -164,9 +160,6 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                         if err.fatal:
                             fatal = True
                             break
-                    except _CloseConnection:
-                        fatal = True
-                        break
                 channel = client.channel
                 if channel is not None and client.wants_refill():
                     channel.dispatch()
@@ -335,7 +328,9 @@ def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     message_id = params[0]
     if len(message_id) != 16:
         raise ProtocolError(E.E_INVALID, "invalid message ID")
-    # Fast path of the commonest command: the message is this client's.
+    # FIN is the commonest command: its checks are inlined rather than shared with REQ and
+    # TOUCH (_check_consuming, _message_id), and the usual case, the message is this
+    # client's, is handled here.
     if client.in_flight.pop(message_id, None) is not None:
         if client.irregular:
             client.irregular.discard(message_id)
@@ -345,9 +340,12 @@ def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     try:
         client.channel.finish(client, message_id)
     except ChannelError as err:
-        raise ProtocolError(
-            E.E_FIN_FAILED, f"FIN {message_id.decode('ascii', 'replace')} failed {err}"
-        ) from None
+        raise _refused(E.E_FIN_FAILED, "FIN", message_id, err) from None
+
+
+def _refused(code: str, name: str, message_id: bytes, err: ChannelError) -> ProtocolError:
+    """The non-fatal error of a FIN, REQ or TOUCH the channel refused."""
+    return ProtocolError(code, f"{name} {message_id.decode('ascii', 'replace')} failed {err}")
 
 
 def _req(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
@@ -373,9 +371,7 @@ def _req(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     try:
         client.channel.requeue(client, message_id, clamped / 1000)
     except ChannelError as err:
-        raise ProtocolError(
-            E.E_REQ_FAILED, f"REQ {message_id.decode('ascii', 'replace')} failed {err}"
-        ) from None
+        raise _refused(E.E_REQ_FAILED, "REQ", message_id, err) from None
 
 
 def _touch(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
@@ -385,9 +381,7 @@ def _touch(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     try:
         client.channel.touch(client, message_id)
     except ChannelError as err:
-        raise ProtocolError(
-            E.E_TOUCH_FAILED, f"TOUCH {message_id.decode('ascii', 'replace')} failed {err}"
-        ) from None
+        raise _refused(E.E_TOUCH_FAILED, "TOUCH", message_id, err) from None
 
 
 def _nop(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
