@@ -18,3 +18,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="HOST:PORT of that nsqd's HTTP API (tests that need it skip without it)",
     )
+    stateful = parser.getgroup("stateful tests")
+    stateful.addoption(
+        "--stateful-examples",
+        type=int,
+        default=None,
+        help="Hypothesis examples per stateful test (default: a quick run for CI)",
+    )
