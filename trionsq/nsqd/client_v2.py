@@ -21,19 +21,20 @@ from typing import TYPE_CHECKING
 
 import trio
 
+# The client states live with the state table; they are re-exported here for existing imports.
+from ..protocol.client_states import (  # noqa: F401
+    STATE_CLOSING,
+    STATE_CONNECTED,
+    STATE_DISCONNECTED,
+    STATE_INIT,
+    STATE_SUBSCRIBED,
+)
 from ..protocol.frames import HEARTBEAT_FRAME
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
     from .channel import Channel
     from .nsqd import NSQD
-
-# Client states, as reported in /stats (reference §1.9).
-STATE_INIT = 0
-STATE_DISCONNECTED = 1
-STATE_CONNECTED = 2
-STATE_SUBSCRIBED = 3
-STATE_CLOSING = 4
 
 #: Unsent bytes beyond which a client gets no more messages until its output drains, so a
 #: consumer that stops reading holds at most this much (plus one batch) of the daemon's memory.

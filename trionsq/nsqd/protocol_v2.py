@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..protocol import errors as E
+from ..protocol.client_states import COMMAND_STATES, RULES, CommandRule, Verdict
 from ..protocol.commands import MAGIC_V2, Command
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_error, encode_response
@@ -23,13 +24,7 @@ from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.negotiation import negotiate
 from ..protocol.parser import CommandParser, parse_uint
 from .channel import ChannelError
-from .client_v2 import (
-    STATE_CLOSING,
-    STATE_DISCONNECTED,
-    STATE_INIT,
-    STATE_SUBSCRIBED,
-    ClientV2,
-)
+from .client_v2 import STATE_DISCONNECTED, ClientV2
 from .topic import TopicExiting
 
 if TYPE_CHECKING:
@@ -39,6 +34,35 @@ log = logging.getLogger("trionsq.nsqd")
 
 READ_SIZE = 65536
 LINE_TOO_LONG = "command line too long"
+
+# The state table's rows, looked up once: the handlers check states against them.
+_SUB_RULE = RULES[b"SUB"]
+_RDY_RULE = RULES[b"RDY"]
+_REQ_RULE = RULES[b"REQ"]
+_TOUCH_RULE = RULES[b"TOUCH"]
+_CLS_RULE = RULES[b"CLS"]
+
+
+def _leads_to(rule: CommandRule) -> int:
+    assert rule.next_state is not None, rule
+    return rule.next_state
+
+
+# The states a successful SUB and CLS lead to.
+_SUBSCRIBED = _leads_to(_SUB_RULE)
+_CLOSING = _leads_to(_CLS_RULE)
+
+#: FIN is the commonest command: its check is one membership test.
+FIN_STATES = RULES[b"FIN"].allowed
+_FIN_REFUSAL = RULES[b"FIN"].refusal
+#: The commands whose state nsqd checks before it reads their body.
+_BODY_RULES = {name: RULES[name] for name in (b"IDENTIFY", b"AUTH")}
+#: Commands every state allows: their handlers check nothing.
+_UNCHECKED = (b"NOP", b"PUB", b"MPUB", b"DPUB")
+
+# FIN's check and the unchecked commands are shortcuts that hold only for the table as it is.
+if RULES[b"FIN"].ignored or any(RULES[n].allowed != set(COMMAND_STATES) for n in _UNCHECKED):
+    raise RuntimeError("the state table changed: update protocol_v2's shortcuts (FIN, _UNCHECKED)")
 
 
 def to_int64(value: int) -> int:
@@ -160,12 +184,12 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                         if err.fatal:
                             fatal = True
                             break
+                if fatal:
+                    await _close_after_error(client)
+                    return
                 channel = client.channel
                 if channel is not None and client.wants_refill():
                     channel.dispatch()
-                if fatal:
-                    await client.drain()
-                    return
                 if client.out:
                     await client.flush()
             if client.heartbeat_interval:
@@ -184,6 +208,14 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
             client.remote_address,
         )
         await _answer_cut_short(client, parser)
+
+
+async def _close_after_error(client: ClientV2) -> None:
+    """After a fatal error: send what is buffered, the error last, and deliver nothing more.
+    The state changes first, so that no message is delivered while the output drains: it would
+    reach a connection about to close and stay in flight there until it timed out."""
+    client.state = STATE_DISCONNECTED
+    await client.drain()
 
 
 async def _answer_cut_short(client: ClientV2, parser: CommandParser) -> None:
@@ -205,15 +237,23 @@ async def _answer_cut_short(client: ClientV2, parser: CommandParser) -> None:
 
 def _body_state_check(client: ClientV2) -> Callable[[bytes, tuple[bytes, ...]], None]:
     """The state checks nsqd makes before it reads IDENTIFY's or AUTH's body."""
+    body_rules = _BODY_RULES
 
     def check(name: bytes, params: tuple[bytes, ...]) -> None:
-        if client.state != STATE_INIT:
-            if name == b"IDENTIFY":
-                raise ProtocolError(E.E_INVALID, "cannot IDENTIFY in current state")
-            if name == b"AUTH":
-                raise ProtocolError(E.E_INVALID, "cannot AUTH in current state")
+        rule = body_rules.get(name)
+        if rule is not None and client.state not in rule.allowed:
+            raise rule.refusal()
 
     return check
+
+
+def _state_allows(client: ClientV2, rule: CommandRule) -> bool:
+    """Whether the client's state lets the command execute: False when the state ignores it;
+    raises the table's error when the state refuses it."""
+    verdict = rule.verdict(client.state)
+    if verdict is Verdict.REFUSED:
+        raise rule.refusal()
+    return verdict is Verdict.ALLOWED
 
 
 def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
@@ -245,8 +285,8 @@ def _auth(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
 
 
 def _sub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
-    if client.state != STATE_INIT:
-        raise ProtocolError(E.E_INVALID, "cannot SUB in current state")
+    if not _state_allows(client, _SUB_RULE):
+        return
     if not client.heartbeat_interval:
         raise ProtocolError(E.E_INVALID, "cannot SUB with heartbeats disabled")
     params = cmd.params
@@ -270,7 +310,7 @@ def _sub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
         raise ProtocolError(E.E_SUB_FAILED, "SUB failed to deleted topic/channel")
     channel.add_client(client)
     client.channel = channel
-    client.state = STATE_SUBSCRIBED
+    client.state = _SUBSCRIBED
     client.out += OK_FRAME
 
 
@@ -283,11 +323,8 @@ def _valid_name(raw: bytes, is_valid: Callable[[str], bool]) -> str | None:
 
 
 def _rdy(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
-    state = client.state
-    if state == STATE_CLOSING:
+    if not _state_allows(client, _RDY_RULE):
         return
-    if state != STATE_SUBSCRIBED:
-        raise ProtocolError(E.E_INVALID, "cannot RDY in current state")
     count = 1
     if cmd.params:
         parsed = parse_uint(cmd.params[0])
@@ -313,15 +350,9 @@ def _message_id(cmd: Command, name: str, min_params: int) -> bytes:
     return message_id
 
 
-def _check_consuming(client: ClientV2, name: str) -> None:
-    if client.state != STATE_SUBSCRIBED and client.state != STATE_CLOSING:
-        raise ProtocolError(E.E_INVALID, f"cannot {name} in current state")
-
-
 def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
-    state = client.state
-    if state != STATE_SUBSCRIBED and state != STATE_CLOSING:
-        raise ProtocolError(E.E_INVALID, "cannot FIN in current state")
+    if client.state not in FIN_STATES:
+        raise _FIN_REFUSAL()
     params = cmd.params
     if not params:
         raise ProtocolError(E.E_INVALID, "FIN insufficient number of params")
@@ -329,7 +360,7 @@ def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     if len(message_id) != 16:
         raise ProtocolError(E.E_INVALID, "invalid message ID")
     # FIN is the commonest command: its checks are inlined rather than shared with REQ and
-    # TOUCH (_check_consuming, _message_id), and the usual case, the message is this
+    # TOUCH (_state_allows, _message_id), and the usual case, the message is this
     # client's, is handled here.
     if client.in_flight.pop(message_id, None) is not None:
         if client.irregular:
@@ -349,7 +380,8 @@ def _refused(code: str, name: str, message_id: bytes, err: ChannelError) -> Prot
 
 
 def _req(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
-    _check_consuming(client, "REQ")
+    if not _state_allows(client, _REQ_RULE):
+        return
     message_id = _message_id(cmd, "REQ", 2)
     parsed = parse_uint(cmd.params[1])
     if parsed is None:
@@ -375,7 +407,8 @@ def _req(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
 
 
 def _touch(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
-    _check_consuming(client, "TOUCH")
+    if not _state_allows(client, _TOUCH_RULE):
+        return
     message_id = _message_id(cmd, "TOUCH", 1)
     assert client.channel is not None
     try:
@@ -389,10 +422,10 @@ def _nop(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
 
 
 def _cls(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
-    if client.state != STATE_SUBSCRIBED:
-        raise ProtocolError(E.E_INVALID, "cannot CLS in current state")
+    if not _state_allows(client, _CLS_RULE):
+        return
     client.rdy = 0
-    client.state = STATE_CLOSING
+    client.state = _CLOSING
     client.out += CLOSE_WAIT_FRAME
 
 
