@@ -399,3 +399,17 @@ async def test_a_deleted_topics_pump_task_ends(nursery, tmp_path, autojump_clock
     await Conn.consumer(nsqd, "kept", "c")
     await trio.sleep(0.1)
     assert pump_tasks() == 1
+
+
+async def test_no_message_is_delivered_after_a_fatal_error(nursery, tmp_path):
+    # Found by the stateful test: a PUB the consumer itself sent, then a fatal command in the
+    # same write. The message must not go to the closing connection (it would sit in flight
+    # there until msg_timeout); it stays queued for the next consumer.
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    consumer = await Conn.consumer(nsqd, "t", "c", ready=5)
+    await consumer.send(pub("t", b"x") + b"SUB t c\n")
+    assert await consumer.response() == b"OK"
+    assert await consumer.error() == b"E_INVALID cannot SUB in current state"
+    assert await consumer.closed()
+    channel = nsqd.topics["t"].channels["c"]
+    assert (channel.in_flight_count, channel.depth) == (0, 1)
