@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, settings
 
-QUICK_EXAMPLES = 25
+QUICK_EXAMPLES = 100
 STEPS_PER_EXAMPLE = 30
 
 
