@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .core import Action, Invariant, Liveness, Mutant, Spec, StepInvariant
 
@@ -310,24 +310,25 @@ def expire(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, Delivery
 
 def expire_orphan(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
     """The queue scan times out a message in flight to a departed client (always, eventually)."""
-    if "orphans_never_expire" in bounds.faults:
-        return
-    for ch_index, channel in enumerate(state.channels):
-        for message in sorted(channel.orphans):
-            after = channel._replace(
-                orphans=channel.orphans - {message}, queued=channel.queued | {message}
-            )
-            yield f"expire(orphan, ch{ch_index}, m{message})", _set_channel(state, ch_index, after)
+    if "orphans_never_expire" not in bounds.faults:
+        yield from _queue_each(state, "orphans", "expire(orphan, ch{ch}, m{m})")
 
 
 def deferred_due(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
     """A deferred message's time comes: it is queued."""
+    yield from _queue_each(state, "deferred", "deferred_due(ch{ch}, m{m})")
+
+
+def _queue_each(
+    state: DeliveryState, source: str, label: str
+) -> Iterator[tuple[str, DeliveryState]]:
+    """For each message in a channel's `source` set: the state with it moved to `queued`."""
     for ch_index, channel in enumerate(state.channels):
-        for message in sorted(channel.deferred):
-            after = channel._replace(
-                deferred=channel.deferred - {message}, queued=channel.queued | {message}
-            )
-            yield f"deferred_due(ch{ch_index}, m{message})", _set_channel(state, ch_index, after)
+        held: frozenset[int] = getattr(channel, source)
+        for message in sorted(held):
+            taken: dict[str, Any] = {source: held - {message}}
+            after = channel._replace(**taken, queued=channel.queued | {message})
+            yield label.format(ch=ch_index, m=message), _set_channel(state, ch_index, after)
 
 
 def disconnect(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
