@@ -22,6 +22,8 @@ import trio
 from ..protocol.message import with_attempts
 from .backend import Backend, queue_with_overflow
 from .client_v2 import ClientV2, InFlight
+from .e2e_latency import E2ELatency
+from .e2e_latency import for_options as e2e_latency_for_options
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -41,6 +43,7 @@ class Channel:
         "backend",
         "clients",
         "deferred",
+        "e2e",
         "ephemeral",
         "exiting",
         "mem_limit",
@@ -72,6 +75,8 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        # None unless --e2e-processing-latency-percentile is set: FIN then only tests for None.
+        self.e2e: E2ELatency | None = e2e_latency_for_options(self.nsqd.options)
 
     # -- queueing -------------------------------------------------------------------------
 
@@ -159,9 +164,12 @@ class Channel:
         return ChannelError(ERR_NOT_IN_FLIGHT)
 
     def finish(self, client: ClientV2, message_id: bytes) -> None:
-        if client.pop_in_flight(message_id) is None:
+        entry = client.pop_in_flight(message_id)
+        if entry is None:
             raise self._owner_error(message_id)
         client.finish_count += 1
+        if self.e2e is not None:
+            self.e2e.record_frame(entry[0])
 
     def requeue(self, client: ClientV2, message_id: bytes, delay: float) -> None:
         entry = client.pop_in_flight(message_id)
@@ -262,6 +270,14 @@ class Channel:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    def pause(self) -> None:
+        """Deliver nothing: subscribers are treated as not ready; in-flight messages go on."""
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self.dispatch()
+
     def empty(self) -> None:
         """Drop queued, in-flight and deferred messages (HTTP /channel/empty)."""
         for client in self.clients:
@@ -289,7 +305,10 @@ class Channel:
         self.backend.close()
 
     def delete(self) -> None:
+        """HTTP /channel/delete or its topic's deletion: its subscribers' connections close."""
         self.exiting = True
+        for client in self.clients:
+            client.close_connection()
         self.empty()
         self.backend.delete()
 

@@ -49,6 +49,7 @@ class ClientV2:
         "channel",
         "client_id",
         "connect_ts",
+        "connection_scope",
         "finish_count",
         "heartbeat_interval",
         "hostname",
@@ -107,6 +108,8 @@ class ClientV2:
         self.finish_count = 0
         self.requeue_count = 0
         self.pub_counts: dict[str, int] = {}
+        # The connection's cancel scope, set while it is served: cancelling it closes it.
+        self.connection_scope: trio.CancelScope | None = None
 
     # -- delivery -------------------------------------------------------------------------
 
@@ -160,6 +163,11 @@ class ClientV2:
         if entry is not None and self.irregular:
             self.irregular.discard(message_id)
         return entry
+
+    def close_connection(self) -> None:
+        """End this connection from outside it (its channel was deleted)."""
+        if self.connection_scope is not None:
+            self.connection_scope.cancel()
 
     # -- output ---------------------------------------------------------------------------
 

@@ -2,9 +2,11 @@
 
 ```
 NSQD.run()  root nursery
- ├─ client nursery: TCP listener, one task per connection (command loop + message pump)
+ ├─ client nursery: TCP listener, one task per connection (command loop + message pump),
+ │                  and the HTTP server (hypercorn)
  ├─ each topic's message pump
- └─ queue scan loop (in-flight timeouts, deferred messages)
+ ├─ queue scan loop (in-flight timeouts, deferred messages)
+ └─ statsd loop (with --statsd-address)
 ```
 Shutdown is one ordered path (`request_exit`): stop accepting and close every connection
 (their in-flight messages stay with their channels), then close every topic, which hands each
@@ -30,8 +32,11 @@ from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
 from .backend import Backend, DiscardBackend, MemoryBackend
 from .client_v2 import ClientV2
+from .http_api import serve_http
 from .options import NSQDOptions
 from .protocol_v2 import handle_connection
+from .stats import snapshot
+from .statsd import statsd_loop
 from .topic import Topic
 from .wakeup import Wakeup
 
@@ -63,6 +68,9 @@ class NSQD:
             max_deflate_level=options.max_deflate_level,
         )
         self.tcp_address: tuple[str, int] | str | None = None
+        self.http_address: tuple[str, int] | None = None
+        # "OK", or "NOK - <why>" when nsqd cannot do its job (e.g. its disk fails).
+        self.health = "OK"
         self._next_client_id = 0
         self._nursery: trio.Nursery | None = None
         self._clients_nursery: trio.Nursery | None = None
@@ -144,14 +152,10 @@ class NSQD:
             raise StartupError("AUTH is not built yet in trionsq (--auth-http-address)")
         unbuilt = {
             "--lookupd-tcp-address": opts.nsqlookupd_tcp_addresses,
-            "--statsd-address": opts.statsd_address,
-            "--e2e-processing-latency-percentile": opts.e2e_processing_latency_percentiles,
         }
         for flag, value in unbuilt.items():
             if value:
                 log.warning("%s is not built yet in trionsq: ignored", flag)
-        if opts.http_address:
-            log.warning("the HTTP API is not built yet in trionsq: --http-address not served")
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
@@ -180,6 +184,16 @@ class NSQD:
                         ),
                         name="tcp-listener",
                     )
+                    if self.options.http_address:
+                        await self._start_http(clients)
+                    if self.options.statsd_address:
+                        http_port = self.http_address[1] if self.http_address else None
+                        await root.start(
+                            functools.partial(
+                                statsd_loop, self.stats, self.options, http_port=http_port
+                            ),
+                            name="statsd",
+                        )
                     task_status.started(self)
                     await self._exit.wait()
                     log.info("NSQ: closing TCP listener and %d clients", len(self.clients))
@@ -190,6 +204,21 @@ class NSQD:
             self._unlock_data_path()
             self._exited.set()
             log.info("NSQ: bye")
+
+    async def _start_http(self, nursery: trio.Nursery) -> None:
+        address = self.options.http_address
+        try:
+            split_host_port(address)
+            urls = await nursery.start(functools.partial(serve_http, self, address), name="http")
+        except (OSError, ValueError) as err:
+            raise StartupError(f"listen ({address}) failed - {err}") from err
+        host, _, port = urls[0].rpartition(":")
+        self.http_address = (host.removeprefix("http://").strip("[]"), int(port))
+        log.info("HTTP: listening on %s", _format_address(self.http_address))
+
+    def stats(self) -> dict[str, Any]:
+        """The stats snapshot statsd sends (every topic and channel, no clients)."""
+        return snapshot(self, include_clients=False)
 
     def _connection_handler(self) -> Callable[[trio.abc.Stream], Awaitable[None]]:
         async def handler(stream: trio.abc.Stream) -> None:

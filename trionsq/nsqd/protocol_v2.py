@@ -103,6 +103,7 @@ async def _serve(nsqd: NSQD, stream: trio.abc.Stream, remote: str) -> None:
     log.info("TCP: new client(%s)", remote)
     try:
         async with trio.open_nursery() as nursery:
+            client.connection_scope = nursery.cancel_scope
             nursery.start_soon(client.message_pump)
             await _command_loop(nsqd, client, bytes(magic[4:]))
             nursery.cancel_scope.cancel()
@@ -362,10 +363,14 @@ def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     # FIN is the commonest command: its checks are inlined rather than shared with REQ and
     # TOUCH (_state_allows, _message_id), and the usual case, the message is this
     # client's, is handled here.
-    if client.in_flight.pop(message_id, None) is not None:
+    entry = client.in_flight.pop(message_id, None)
+    if entry is not None:
         if client.irregular:
             client.irregular.discard(message_id)
         client.finish_count += 1
+        e2e = client.channel.e2e  # type: ignore[union-attr]  # set wherever FIN is allowed
+        if e2e is not None:
+            e2e.record_frame(entry[0])
         return
     assert client.channel is not None
     try:

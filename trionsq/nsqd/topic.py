@@ -158,6 +158,19 @@ class Topic:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    def pause(self) -> None:
+        """Stop copying messages to the channels; they wait in the topic."""
+        self.paused = True
+
+    def unpause(self) -> None:
+        self.paused = False
+        self.wake.set()
+
+    def empty(self) -> None:
+        """Drop the messages waiting in the topic (HTTP /topic/empty); channels keep theirs."""
+        self.memory.clear()
+        self.backend.empty()
+
     def close(self) -> None:
         """Shutdown: flush channels and the topic's own queue to their backends."""
         self.exiting = True

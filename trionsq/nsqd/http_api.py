@@ -1,0 +1,448 @@
+"""nsqd's HTTP API (reference §4): a quart-trio app served by hypercorn inside nsqd's nursery.
+
+Routes, parameters, status codes and bodies are Go nsqd's: every response carries
+``X-NSQ-Content-Type: nsq; version=1.0``; a string answers as text, a value as JSON, an error
+as ``{"message": "<TEXT>"}`` with its status. Parameters come from the query string only, parsed
+as Go's url.ParseQuery does (a malformed query is 400 INVALID_REQUEST).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from .. import NSQ_VERSION
+from ..logs import parse_log_level, set_log_level
+from ..protocol.errors import ProtocolError
+from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from ..protocol.parser import CommandParser
+from .prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from .prometheus import render_prometheus
+from .stats import format_text, snapshot
+from .topic import Topic, TopicExiting
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+log = logging.getLogger("trionsq.nsqd")
+
+NSQ_CONTENT_TYPE = ("X-NSQ-Content-Type", "nsq; version=1.0")
+JSON_CONTENT_TYPE = "application/json; charset=utf-8"
+BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+
+
+class HTTPError(Exception):
+    """An answer other than 200: the status and NSQ's message text."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# -- responses ------------------------------------------------------------------------------
+
+
+def respond(data: Any = None, status: int = 200) -> Response:
+    """Go's RespondV1: text for str/bytes, empty for None, JSON for anything else; an error is
+    JSON ``{"message": ...}`` with its status."""
+    headers = {NSQ_CONTENT_TYPE[0]: NSQ_CONTENT_TYPE[1]}
+    body: bytes | str
+    if status != 200:
+        body = _go_json({"message": str(data)})
+        headers["Content-Type"] = JSON_CONTENT_TYPE
+    elif data is None:
+        body = b""
+    elif isinstance(data, str | bytes):
+        body = data
+        # What Go's net/http sniffs for a text answer.
+        headers["Content-Type"] = "text/plain; charset=utf-8"
+    else:
+        body = _go_json(data)
+        headers["Content-Type"] = JSON_CONTENT_TYPE
+    response = Response(body, status=status, headers=headers)
+    if data is None and status == 200:
+        del response.headers["Content-Type"]
+    return response
+
+
+def _go_json(value: Any) -> str:
+    """JSON as Go's encoding/json writes it: compact, with <, > and & escaped."""
+    text = json.dumps(value, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# -- query parameters -----------------------------------------------------------------------
+
+_BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
+
+
+def parse_query(raw: bytes) -> dict[str, list[str]]:
+    """Go's url.ParseQuery: ``&``-separated, ``+`` is a space, a bad ``%`` escape or a ``;``
+    is an error (400 INVALID_REQUEST)."""
+    params: dict[str, list[str]] = {}
+    for part in raw.split(b"&"):
+        if not part:
+            continue
+        if b";" in part or _BAD_ESCAPE.search(part):
+            raise HTTPError(400, "INVALID_REQUEST")
+        key, _, value = part.partition(b"=")
+        name = unquote_plus(key.decode("latin-1"), encoding="utf-8", errors="replace")
+        params.setdefault(name, []).append(
+            unquote_plus(value.decode("latin-1"), encoding="utf-8", errors="replace")
+        )
+    return params
+
+
+def query() -> dict[str, list[str]]:
+    return parse_query(request.query_string)
+
+
+def first(params: dict[str, list[str]], name: str) -> str | None:
+    values = params.get(name)
+    return values[0] if values else None
+
+
+# -- reading bodies -------------------------------------------------------------------------
+
+
+async def read_body(limit: int) -> bytes | None:
+    """The request body, or None when it is longer than `limit` (read no further than that)."""
+    data = bytearray()
+    async for chunk in request.body:
+        data += chunk
+        if len(data) > limit:
+            return None
+    return bytes(data)
+
+
+def content_length() -> int:
+    length = request.content_length
+    return -1 if length is None else length
+
+
+# -- topic and channel lookups --------------------------------------------------------------
+
+
+def topic_from_query(nsqd: NSQD, params: dict[str, list[str]]) -> Topic:
+    """Go's getTopicFromQuery: the topic, created if need be."""
+    name = first(params, "topic")
+    if name is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_topic_name(name):
+        raise HTTPError(400, "INVALID_TOPIC")
+    return nsqd.get_topic(name)
+
+
+def existing_topic_and_channel_name(nsqd: NSQD, params: dict[str, list[str]]) -> tuple[Topic, str]:
+    """Go's getExistingTopicFromQuery (with GetTopicChannelArgs' checks and texts)."""
+    topic_name = first(params, "topic")
+    if topic_name is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_topic_name(topic_name):
+        raise HTTPError(400, "INVALID_ARG_TOPIC")
+    channel_name = first(params, "channel")
+    if channel_name is None:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_channel_name(channel_name):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    topic = nsqd.topics.get(topic_name)
+    if topic is None:
+        raise HTTPError(404, "TOPIC_NOT_FOUND")
+    return topic, channel_name
+
+
+def existing_topic(nsqd: NSQD, params: dict[str, list[str]], validate: bool) -> Topic:
+    name = first(params, "topic")
+    if name is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    if validate and not is_valid_topic_name(name):
+        raise HTTPError(400, "INVALID_TOPIC")
+    topic = nsqd.topics.get(name)
+    if topic is None:
+        raise HTTPError(404, "TOPIC_NOT_FOUND")
+    return topic
+
+
+# -- the app --------------------------------------------------------------------------------
+
+Handler = Callable[[], Awaitable[Any]]
+
+
+def create_app(nsqd: NSQD) -> QuartTrio:
+    """The HTTP API of `nsqd` as a quart-trio app."""
+    app = QuartTrio("trionsq.nsqd")
+    app.config["MAX_CONTENT_LENGTH"] = None  # limits are nsqd's, checked per route
+    opts = nsqd.options
+
+    def route(path: str, methods: list[str]) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            async def endpoint(**kwargs: Any) -> Response:
+                try:
+                    return respond(await handler(**kwargs))
+                except HTTPError as err:
+                    return respond(err.message, err.status)
+
+            endpoint.__name__ = handler.__name__
+            app.add_url_rule(path, view_func=endpoint, methods=methods)
+            return handler
+
+        return register
+
+    @app.errorhandler(404)
+    async def not_found(_: Exception) -> Response:
+        return respond("NOT_FOUND", 404)
+
+    @app.errorhandler(405)
+    async def method_not_allowed(_: Exception) -> Response:
+        return respond("METHOD_NOT_ALLOWED", 405)
+
+    @app.errorhandler(Exception)
+    async def internal_error(err: Exception) -> Response:
+        log.exception("HTTP: internal error - %s", err)
+        return respond("INTERNAL_ERROR", 500)
+
+    @route("/ping", ["GET"])
+    async def ping() -> str:
+        health = nsqd.health
+        if health != "OK":
+            raise HTTPError(500, health)
+        return health
+
+    @route("/info", ["GET"])
+    async def info() -> dict[str, Any]:
+        tcp = nsqd.tcp_address
+        http = nsqd.http_address
+        return {
+            "version": NSQ_VERSION,
+            "broadcast_address": opts.broadcast_address,
+            "hostname": socket.gethostname(),
+            "http_port": http[1] if isinstance(http, tuple) else -1,
+            "tcp_port": tcp[1] if isinstance(tcp, tuple) else -1,
+            "start_time": nsqd.start_time,
+            "max_heartbeat_interval": opts.go_value_by_cfg_key("max_heartbeat_interval"),
+            "max_output_buffer_size": opts.max_output_buffer_size,
+            "max_output_buffer_timeout": opts.go_value_by_cfg_key("max_output_buffer_timeout"),
+            "max_deflate_level": opts.max_deflate_level,
+            "topology_zone": "",
+            "topology_region": "",
+        }
+
+    @route("/pub", ["POST"])
+    async def pub() -> str:
+        if content_length() > opts.max_msg_size:
+            raise HTTPError(413, "MSG_TOO_BIG")
+        body = await read_body(opts.max_msg_size)
+        if body is None:
+            raise HTTPError(413, "MSG_TOO_BIG")
+        if not body:
+            raise HTTPError(400, "MSG_EMPTY")
+        params = query()
+        topic = topic_from_query(nsqd, params)
+        delay = 0.0
+        raw_defer = first(params, "defer")
+        if raw_defer is not None:
+            delay_ms = _go_int64(raw_defer)
+            if delay_ms is None or not 0 <= delay_ms <= opts.max_req_timeout * 1000:
+                raise HTTPError(400, "INVALID_DEFER")
+            delay = delay_ms / 1000
+        _put(topic, [body], delay)
+        return "OK"
+
+    @route("/mpub", ["POST"])
+    async def mpub() -> str:
+        if content_length() > opts.max_body_size:
+            raise HTTPError(413, "BODY_TOO_BIG")
+        params = query()
+        topic = topic_from_query(nsqd, params)
+        binary = False
+        raw_binary = first(params, "binary")
+        if raw_binary is not None:
+            binary = BOOL_PARAMS.get(raw_binary, True)
+            if raw_binary not in BOOL_PARAMS:
+                log.warning("deprecated value '%s' used for /mpub binary param", raw_binary)
+        body = await read_body(opts.max_body_size)
+        if body is None:
+            raise HTTPError(413, "BODY_TOO_BIG")
+        if binary:
+            bodies = _binary_messages(body, opts.max_msg_size, opts.max_body_size)
+        else:
+            bodies = _text_messages(body, opts.max_msg_size)
+        _put(topic, bodies, 0.0)
+        return "OK"
+
+    @route("/stats", ["GET"])
+    async def stats() -> Any:
+        params = query()
+        result = snapshot(
+            nsqd,
+            topic=first(params, "topic"),
+            channel=first(params, "channel"),
+            include_clients=BOOL_PARAMS.get(first(params, "include_clients") or "", True),
+            include_mem=BOOL_PARAMS.get(first(params, "include_mem") or "", True),
+        )
+        if first(params, "format") == "json":
+            return result
+        return format_text(result)
+
+    @app.route("/metrics", methods=["GET"])
+    async def metrics() -> Response:
+        """Beyond NSQ: the stats in Prometheus' text exposition format."""
+        body = render_prometheus(snapshot(nsqd))
+        return Response(body, status=200, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+    @route("/topic/create", ["POST"])
+    async def topic_create() -> None:
+        topic_from_query(nsqd, query())
+
+    @route("/topic/delete", ["POST"])
+    async def topic_delete() -> None:
+        name = first(query(), "topic")
+        if name is None:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        if name not in nsqd.topics:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        nsqd.delete_topic(name)
+
+    @route("/topic/empty", ["POST"])
+    async def topic_empty() -> None:
+        existing_topic(nsqd, query(), validate=True).empty()
+
+    @route("/topic/pause", ["POST"])
+    async def topic_pause() -> None:
+        existing_topic(nsqd, query(), validate=False).pause()
+
+    @route("/topic/unpause", ["POST"])
+    async def topic_unpause() -> None:
+        existing_topic(nsqd, query(), validate=False).unpause()
+
+    @route("/channel/create", ["POST"])
+    async def channel_create() -> None:
+        topic, channel_name = existing_topic_and_channel_name(nsqd, query())
+        topic.get_channel(channel_name)
+
+    def existing_channel() -> Any:
+        topic, channel_name = existing_topic_and_channel_name(nsqd, query())
+        channel = topic.channels.get(channel_name)
+        if channel is None:
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        return topic, channel
+
+    @route("/channel/delete", ["POST"])
+    async def channel_delete() -> None:
+        topic, channel = existing_channel()
+        topic.delete_channel(channel.name)
+
+    @route("/channel/empty", ["POST"])
+    async def channel_empty() -> None:
+        existing_channel()[1].empty()
+
+    @route("/channel/pause", ["POST"])
+    async def channel_pause() -> None:
+        existing_channel()[1].pause()
+
+    @route("/channel/unpause", ["POST"])
+    async def channel_unpause() -> None:
+        existing_channel()[1].unpause()
+
+    @route("/config/<opt>", ["GET", "PUT"])
+    async def config(opt: str) -> Any:
+        if request.method == "PUT":
+            body = await read_body(opts.max_msg_size)
+            if not body:
+                raise HTTPError(413, "INVALID_VALUE")
+            _set_config(nsqd, opt, body)
+        try:
+            return opts.go_value_by_cfg_key(opt)
+        except KeyError:
+            raise HTTPError(400, "INVALID_OPTION") from None
+
+    return app
+
+
+def _put(topic: Topic, bodies: list[bytes], delay: float) -> None:
+    try:
+        topic.put_bodies(bodies, delay)
+    except TopicExiting:
+        raise HTTPError(503, "EXITING") from None
+
+
+def _text_messages(body: bytes, max_msg_size: int) -> list[bytes]:
+    """/mpub's text mode: one message per line; the ``\\n`` is dropped (``\\r`` kept), empty
+    lines are skipped."""
+    lines = body.split(b"\n")
+    messages = [line for line in lines if line]
+    if any(len(m) > max_msg_size for m in messages):
+        raise HTTPError(413, "MSG_TOO_BIG")
+    return messages
+
+
+def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+    """/mpub's binary mode: the TCP MPUB body format (count, then size-prefixed messages), with
+    the TCP parser's checks; its errors answer 413 with the ``E_`` dropped."""
+    parser = CommandParser(max_msg_size=max_msg_size, max_body_size=max_body_size)
+    parser.feed(b"MPUB t\n" + struct.pack(">I", len(body)) + body)
+    try:
+        command = parser.next_command()
+        if command is None:
+            parser.eof()
+    except ProtocolError as err:
+        raise HTTPError(413, err.code[2:]) from None
+    assert command is not None and isinstance(command.body, list)
+    return command.body
+
+
+def _go_int64(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64)."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        return None
+    value = int(text)
+    return value if -(1 << 63) <= value < (1 << 63) else None
+
+
+def _set_config(nsqd: NSQD, opt: str, body: bytes) -> None:
+    """PUT /config/:opt: only the lookupd addresses and the log level can change at runtime."""
+    opts = nsqd.options
+    if opt == "nsqlookupd_tcp_addresses":
+        try:
+            value = json.loads(body)
+        except ValueError:
+            raise HTTPError(400, "INVALID_VALUE") from None
+        if value is None:
+            value = []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise HTTPError(400, "INVALID_VALUE")
+        opts.nsqlookupd_tcp_addresses = value
+    elif opt == "log_level":
+        try:
+            level = parse_log_level(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise HTTPError(400, "INVALID_VALUE") from None
+        opts.log_level = level
+        set_log_level("trionsq.nsqd", level)
+    else:
+        raise HTTPError(400, "INVALID_OPTION")
+
+
+async def serve_http(
+    nsqd: NSQD, address: str, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve the API on `address` until cancelled; `task_status.started` gets the bound URLs."""
+    config = Config()
+    config.bind = [address]
+    config.errorlog = None
+    config.accesslog = None
+    config.graceful_timeout = 0
+    await serve(create_app(nsqd), config, task_status=task_status)  # type: ignore[arg-type]

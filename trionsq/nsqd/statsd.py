@@ -1,0 +1,295 @@
+"""nsqd's statsd push: the lines NSQ sends for a stats snapshot (counters as deltas since the
+previous push, gauges, e2e percentiles, memory stats), their packing into UDP datagrams, the
+``%s`` host expansion of ``--statsd-prefix`` and the Trio loop that pushes every interval."""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from trionsq.nsqd.options import NSQDOptions
+
+__all__ = [
+    "expand_statsd_prefix",
+    "pack_statsd_packets",
+    "render_statsd_lines",
+    "statsd_host_key",
+    "statsd_loop",
+]
+
+log = logging.getLogger("trionsq.nsqd")
+
+#: A `/stats?format=json` snapshot (reference §4.1), as built by `trionsq.nsqd.stats`.
+Snapshot = Mapping[str, Any]
+
+_EPHEMERAL_SUFFIX = "#ephemeral"
+# Go dials the statsd address with a 1 s timeout and spreads the datagrams over interval - 1 s.
+_DIAL_TIMEOUT = 1.0
+_SPREAD_MARGIN = 1.0
+
+# Memory gauges in the order Go sends them; `gc_total_runs` goes out last, as the counter
+# `mem.gc_runs`.
+_MEM_GAUGES = (
+    "heap_objects",
+    "heap_idle_bytes",
+    "heap_in_use_bytes",
+    "heap_released_bytes",
+    "gc_pause_usec_100",
+    "gc_pause_usec_99",
+    "gc_pause_usec_95",
+    "next_gc_bytes",
+)
+
+
+# --- prefix ------------------------------------------------------------------------------
+
+
+def statsd_host_key(host_port: str) -> str:
+    """Go's ``statsd.HostKey``: every ``.`` and ``:`` of ``host:port`` becomes ``_``."""
+    return host_port.replace(".", "_").replace(":", "_")
+
+
+def expand_statsd_prefix(prefix: str, broadcast_address: str, http_port: int) -> str:
+    """``--statsd-prefix`` as Go's ``nsqd.New`` rewrites it: every ``%s`` becomes the host key
+    of ``broadcast_address:http_port`` (IPv6 hosts bracketed, as ``net.JoinHostPort`` does) and
+    a trailing ``.`` is added if missing. An empty prefix stays empty."""
+    if not prefix:
+        return ""
+    host = f"[{broadcast_address}]" if ":" in broadcast_address else broadcast_address
+    expanded = prefix.replace("%s", statsd_host_key(f"{host}:{http_port}"))
+    return expanded if expanded.endswith(".") else expanded + "."
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def _counter(prefix: str, stat: str, delta: int) -> str:
+    return f"{prefix}{stat}:{delta}|c"
+
+
+def _gauge(prefix: str, stat: str, value: int) -> str:
+    return f"{prefix}{stat}:{value}|g"
+
+
+def _topics(snapshot: Snapshot | None) -> Sequence[Mapping[str, Any]]:
+    return (snapshot or {}).get("topics") or ()
+
+
+def _channels(topic: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    return topic.get("channels") or ()
+
+
+def _find(items: Iterable[Mapping[str, Any]], key: str, name: str) -> Mapping[str, Any]:
+    """The item called `name` in the previous snapshot, or an empty one (all counters 0)."""
+    return next((item for item in items if item.get(key) == name), {})
+
+
+def _delta(current: Mapping[str, Any], previous: Mapping[str, Any], field: str) -> int:
+    # Go subtracts uint64s and casts to int64, so a counter that went backwards (topic deleted
+    # and recreated) is sent as a negative delta, not clamped.
+    return int(current.get(field, 0)) - int(previous.get(field, 0))
+
+
+def _percentile_lines(prefix: str, stat_base: str, stats: Mapping[str, Any]) -> Iterator[str]:
+    latency = stats.get("e2e_processing_latency") or {}
+    for item in latency.get("percentiles") or ():
+        # `%.0f` of quantile x 100 (0.99 -> 99, 0.999 -> 100); the ns value truncated to int
+        name = f"{stat_base}.e2e_processing_latency_{float(item['quantile']) * 100.0:.0f}"
+        yield _gauge(prefix, name, math.trunc(float(item["value"])))
+
+
+def _channel_lines(
+    prefix: str, topic_name: str, channel: Mapping[str, Any], last: Mapping[str, Any]
+) -> Iterator[str]:
+    base = f"topic.{topic_name}.channel.{channel['channel_name']}"
+    yield _counter(prefix, f"{base}.message_count", _delta(channel, last, "message_count"))
+    yield _gauge(prefix, f"{base}.depth", int(channel.get("depth", 0)))
+    yield _gauge(prefix, f"{base}.backend_depth", int(channel.get("backend_depth", 0)))
+    yield _gauge(prefix, f"{base}.in_flight_count", int(channel.get("in_flight_count", 0)))
+    yield _gauge(prefix, f"{base}.deferred_count", int(channel.get("deferred_count", 0)))
+    yield _counter(prefix, f"{base}.requeue_count", _delta(channel, last, "requeue_count"))
+    yield _counter(prefix, f"{base}.timeout_count", _delta(channel, last, "timeout_count"))
+    yield _gauge(prefix, f"{base}.clients", int(channel.get("client_count", 0)))
+    yield from _percentile_lines(prefix, base, channel)
+
+
+def _topic_lines(
+    prefix: str, topic: Mapping[str, Any], last: Mapping[str, Any], exclude_ephemeral: bool
+) -> Iterator[str]:
+    name = topic["topic_name"]
+    base = f"topic.{name}"
+    yield _counter(prefix, f"{base}.message_count", _delta(topic, last, "message_count"))
+    yield _counter(prefix, f"{base}.message_bytes", _delta(topic, last, "message_bytes"))
+    yield _gauge(prefix, f"{base}.depth", int(topic.get("depth", 0)))
+    yield _gauge(prefix, f"{base}.backend_depth", int(topic.get("backend_depth", 0)))
+    yield from _percentile_lines(prefix, base, topic)
+    for channel in _channels(topic):
+        channel_name = channel["channel_name"]
+        if exclude_ephemeral and channel_name.endswith(_EPHEMERAL_SUFFIX):
+            continue
+        last_channel = _find(_channels(last), "channel_name", channel_name)
+        yield from _channel_lines(prefix, name, channel, last_channel)
+
+
+def _memory_lines(prefix: str, memory: Mapping[str, Any], last: Mapping[str, Any]) -> Iterator[str]:
+    for field in _MEM_GAUGES:
+        yield _gauge(prefix, f"mem.{field}", int(memory.get(field, 0)))
+    yield _counter(prefix, "mem.gc_runs", _delta(memory, last, "gc_total_runs"))
+
+
+def render_statsd_lines(
+    previous: Snapshot | None, current: Snapshot, prefix: str, options: NSQDOptions
+) -> list[str]:
+    """The statsd lines (no trailing newline) nsqd sends for `current`, in Go's order.
+
+    Counters are deltas against `previous` (``None`` on the first push: totals); a topic or
+    channel missing from `previous` counts from 0. `prefix` is already expanded (see
+    `expand_statsd_prefix`). Honours ``statsd_exclude_ephemeral`` and ``statsd_mem_stats``;
+    memory stats come from the snapshot's ``memory`` object and are skipped when it is absent.
+    """
+    exclude_ephemeral = options.statsd_exclude_ephemeral
+    lines: list[str] = []
+    for topic in _topics(current):
+        if exclude_ephemeral and topic["topic_name"].endswith(_EPHEMERAL_SUFFIX):
+            continue
+        last_topic = _find(_topics(previous), "topic_name", topic["topic_name"])
+        lines.extend(_topic_lines(prefix, topic, last_topic, exclude_ephemeral))
+    memory = current.get("memory")
+    if options.statsd_mem_stats and memory is not None:
+        last_memory = (previous or {}).get("memory") or {}
+        lines.extend(_memory_lines(prefix, memory, last_memory))
+    return lines
+
+
+# --- packing -----------------------------------------------------------------------------
+
+
+def pack_statsd_packets(lines: Iterable[str], packet_size: int) -> list[bytes]:
+    """Pack newline-terminated `lines` into datagrams of at most `packet_size` bytes, never
+    splitting a line (Go's BoundaryBufferedWriter over a bufio.Writer). A single line longer
+    than `packet_size` goes out alone in an oversized datagram, as bufio writes it through."""
+    packets: list[bytes] = []
+    buffer = bytearray()
+    for line in lines:
+        data = line.encode() + b"\n"
+        if buffer and len(buffer) + len(data) > packet_size:
+            packets.append(bytes(buffer))
+            buffer.clear()
+        if len(data) > packet_size:
+            packets.append(data)
+        else:
+            buffer += data
+    if buffer:
+        packets.append(bytes(buffer))
+    return packets
+
+
+# --- the loop ----------------------------------------------------------------------------
+
+
+def _split_host_port(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"statsd address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+async def _dial_udp(address: str) -> trio.socket.SocketType:
+    """A UDP socket connected to `address` (resolution bounded by Go's 1 s dial timeout)."""
+    host, port = _split_host_port(address)
+    with trio.fail_after(_DIAL_TIMEOUT):
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    family, kind, proto, _, sockaddr = infos[0]
+    sock = trio.socket.socket(family, kind, proto)
+    try:
+        await sock.connect(sockaddr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def _send_spread(sock: trio.socket.SocketType, packets: list[bytes], spread: float) -> None:
+    """Send `packets` evenly over `spread` seconds, as Go's SpreadWriter does; a failed send
+    is logged once per push and the rest still go out (Go ignores these errors)."""
+    pause = spread / len(packets) if packets else spread
+    failed = False
+    for packet in packets:
+        try:
+            await sock.send(packet)
+        except OSError as exc:
+            if not failed:
+                log.error("STATSD: failed to send to statsd - %s", exc)
+            failed = True
+        await trio.sleep(pause)
+    if not packets:
+        await trio.sleep(spread)
+
+
+async def _push(
+    get_snapshot: Callable[[], Snapshot],
+    previous: Snapshot | None,
+    prefix: str,
+    options: NSQDOptions,
+) -> Snapshot | None:
+    """One push; returns the snapshot the next push diffs against."""
+    address = options.statsd_address
+    try:
+        sock = await _dial_udp(address)
+    except (OSError, ValueError, trio.TooSlowError) as exc:
+        # like Go, skip this push without taking a snapshot: the next deltas cover both
+        log.error("STATSD: failed to create UDP socket to statsd(%s) - %s", address, exc)
+        return previous
+    with sock:
+        log.info("STATSD: pushing stats to %s", address)
+        current = get_snapshot()
+        lines = render_statsd_lines(previous, current, prefix, options)
+        packets = pack_statsd_packets(lines, options.statsd_udp_packet_size)
+        spread = max(options.statsd_interval - _SPREAD_MARGIN, 0.0)
+        await _send_spread(sock, packets, spread)
+    return current
+
+
+def _next_deadline(deadline: float, interval: float, now: float) -> float:
+    # a ticker: keep to the grid and drop the ticks a slow push overran
+    deadline += interval
+    while deadline <= now:
+        deadline += interval
+    return deadline
+
+
+async def statsd_loop(
+    get_snapshot: Callable[[], Snapshot],
+    options: NSQDOptions,
+    *,
+    http_port: int | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Push `get_snapshot()` to ``options.statsd_address`` every ``statsd_interval`` seconds
+    (first push one interval after start, as Go's ticker) until cancelled.
+
+    `get_snapshot` should return the `/stats` JSON shape with ``memory`` included (clients may
+    be left out). The prefix's ``%s`` uses ``options.broadcast_http_port``, or `http_port` (the
+    port actually listened on) when that option is 0. Errors are logged, never raised.
+    """
+    interval = options.statsd_interval
+    port = options.broadcast_http_port or http_port or 0
+    prefix = expand_statsd_prefix(options.statsd_prefix, options.broadcast_address, port)
+    task_status.started()
+    if interval <= 0:
+        log.error("STATSD: statsd-interval must be positive, got %ss; not pushing", interval)
+        return
+    previous: Snapshot | None = None
+    deadline = trio.current_time() + interval
+    while True:
+        await trio.sleep_until(deadline)
+        try:
+            previous = await _push(get_snapshot, previous, prefix, options)
+        except Exception:
+            log.exception("STATSD: push failed")
+        deadline = _next_deadline(deadline, interval, trio.current_time())
