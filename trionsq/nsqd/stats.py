@@ -257,7 +257,8 @@ def _resident_bytes() -> int:
 
 # -- the text format ----------------------------------------------------------------------
 
-_MEMORY_KEYS = (
+#: The `memory` keys of a snapshot, in Go's order.
+MEMORY_KEYS = (
     "heap_objects",
     "heap_idle_bytes",
     "heap_in_use_bytes",
@@ -287,7 +288,7 @@ def format_text(stats: Stats, now: float | None = None) -> str:
     memory = stats.get("memory")
     if memory is not None:
         out.append("\nMemory:\n")
-        out += [f"   {key:<25}\t{memory[key]}\n" for key in _MEMORY_KEYS]
+        out += [f"   {key:<25}\t{memory[key]}\n" for key in MEMORY_KEYS]
     topics = stats["topics"]
     out.append("\nTopics:" if topics else "\nTopics: None\n")
     for topic in topics or ():

@@ -12,7 +12,8 @@ from typing import Any
 
 import trio
 
-from trionsq.nsqd.options import NSQDOptions
+from .options import NSQDOptions
+from .stats import MEMORY_KEYS
 
 __all__ = [
     "expand_statsd_prefix",
@@ -34,16 +35,7 @@ _SPREAD_MARGIN = 1.0
 
 # Memory gauges in the order Go sends them; `gc_total_runs` goes out last, as the counter
 # `mem.gc_runs`.
-_MEM_GAUGES = (
-    "heap_objects",
-    "heap_idle_bytes",
-    "heap_in_use_bytes",
-    "heap_released_bytes",
-    "gc_pause_usec_100",
-    "gc_pause_usec_99",
-    "gc_pause_usec_95",
-    "next_gc_bytes",
-)
+_MEM_GAUGES = tuple(key for key in MEMORY_KEYS if key != "gc_total_runs")
 
 
 # --- prefix ------------------------------------------------------------------------------
