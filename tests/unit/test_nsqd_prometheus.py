@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.stats_samples import channel_stats, latency, topic_stats
 from trionsq.nsqd.prometheus import (
     CONTENT_TYPE,
     ProcessMetrics,
@@ -29,33 +30,8 @@ PROCESS = ProcessMetrics(
 WEIRD_CHANNEL = 'say "hi"\\now\nthen'
 
 
-def _latency(*pairs: tuple[float, float]) -> dict[str, Any]:
-    if not pairs:
-        return {"count": 0, "percentiles": None}
-    return {"count": 3, "percentiles": [{"quantile": q, "value": v} for q, v in pairs]}
-
-
-def _channel(name: str, **fields: Any) -> dict[str, Any]:
-    channel: dict[str, Any] = {
-        "channel_name": name,
-        "depth": 0,
-        "backend_depth": 0,
-        "in_flight_count": 0,
-        "deferred_count": 0,
-        "message_count": 0,
-        "requeue_count": 0,
-        "timeout_count": 0,
-        "client_count": 0,
-        "clients": None,
-        "paused": False,
-        "e2e_processing_latency": _latency(),
-    }
-    channel.update(fields)
-    return channel
-
-
 def _snapshot() -> dict[str, Any]:
-    archive = _channel(
+    archive = channel_stats(
         "archive",
         depth=12,
         backend_depth=10,
@@ -66,29 +42,20 @@ def _snapshot() -> dict[str, Any]:
         timeout_count=5,
         client_count=2,
         paused=True,
-        e2e_processing_latency=_latency((0.99, 2_500_000.0), (0.5, 1_000_000.0)),
+        e2e_processing_latency=latency((0.99, 2_500_000.0), (0.5, 1_000_000.0), count=3),
     )
-    weird = _channel(WEIRD_CHANNEL, message_count=1, client_count=1)
-    orders = {
-        "topic_name": "orders",
-        "channels": [archive, weird],
-        "depth": 7,
-        "backend_depth": 6,
-        "message_count": 501,
-        "message_bytes": 65536,
-        "paused": False,
-        "e2e_processing_latency": _latency((0.99, 2_500_000.0)),
-    }
-    empty = {
-        "topic_name": "empty#ephemeral",
-        "channels": [],
-        "depth": 0,
-        "backend_depth": 0,
-        "message_count": 0,
-        "message_bytes": 0,
-        "paused": True,
-        "e2e_processing_latency": _latency(),
-    }
+    weird = channel_stats(WEIRD_CHANNEL, message_count=1, client_count=1)
+    orders = topic_stats(
+        "orders",
+        archive,
+        weird,
+        depth=7,
+        backend_depth=6,
+        message_count=501,
+        message_bytes=65536,
+        e2e_processing_latency=latency((0.99, 2_500_000.0), count=3),
+    )
+    empty = topic_stats("empty#ephemeral", paused=True)
     return {
         "version": "1.3.0",
         "health": "OK",

@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.stats_samples import channel_stats, latency, memory_stats, topic_stats
 from trionsq.nsqd.options import NSQDOptions
 from trionsq.nsqd.statsd import (
     expand_statsd_prefix,
@@ -22,65 +23,6 @@ from trionsq.nsqd.statsd import (
 )
 
 P = "nsq.host_4151."
-
-
-def _latency(*pairs: tuple[float, float]) -> dict[str, Any]:
-    if not pairs:
-        return {"count": 0, "percentiles": None}
-    return {"count": 10, "percentiles": [{"quantile": q, "value": v} for q, v in pairs]}
-
-
-def _channel(name: str, **counts: Any) -> dict[str, Any]:
-    channel: dict[str, Any] = {
-        "channel_name": name,
-        "depth": 0,
-        "backend_depth": 0,
-        "in_flight_count": 0,
-        "deferred_count": 0,
-        "message_count": 0,
-        "requeue_count": 0,
-        "timeout_count": 0,
-        "client_count": 0,
-        "clients": [],
-        "paused": False,
-        "e2e_processing_latency": _latency(),
-    }
-    channel.update(counts)
-    return channel
-
-
-def _topic(name: str, *channels: dict[str, Any], **counts: Any) -> dict[str, Any]:
-    topic: dict[str, Any] = {
-        "topic_name": name,
-        "channels": list(channels),
-        "depth": 0,
-        "backend_depth": 0,
-        "message_count": 0,
-        "message_bytes": 0,
-        "paused": False,
-        "e2e_processing_latency": _latency(),
-    }
-    topic.update(counts)
-    return topic
-
-
-def _memory(**values: int) -> dict[str, int]:
-    memory = dict.fromkeys(
-        [
-            "heap_objects",
-            "heap_idle_bytes",
-            "heap_in_use_bytes",
-            "heap_released_bytes",
-            "gc_pause_usec_100",
-            "gc_pause_usec_99",
-            "gc_pause_usec_95",
-            "next_gc_bytes",
-            "gc_total_runs",
-        ],
-        0,
-    )
-    memory.update(values)
-    return memory
 
 
 def _snapshot(*topics: dict[str, Any], memory: dict[str, int] | None = None) -> dict[str, Any]:
@@ -129,7 +71,7 @@ def test_prefix_expansion_as_go_does_it(
 
 
 def test_first_push_sends_totals_and_gauges_in_go_order() -> None:
-    channel = _channel(
+    channel = channel_stats(
         "ch",
         depth=3,
         backend_depth=1,
@@ -140,7 +82,9 @@ def test_first_push_sends_totals_and_gauges_in_go_order() -> None:
         timeout_count=6,
         client_count=7,
     )
-    topic = _topic("t", channel, depth=8, backend_depth=2, message_count=100, message_bytes=999)
+    topic = topic_stats(
+        "t", channel, depth=8, backend_depth=2, message_count=100, message_bytes=999
+    )
     lines = render_statsd_lines(None, _snapshot(topic), P, _opts())
     assert lines == [
         f"{P}topic.t.message_count:100|c",
@@ -160,18 +104,18 @@ def test_first_push_sends_totals_and_gauges_in_go_order() -> None:
 
 def test_counters_are_deltas_and_gauges_are_current_values() -> None:
     before = _snapshot(
-        _topic(
+        topic_stats(
             "t",
-            _channel("ch", message_count=50, requeue_count=5, timeout_count=6, depth=9),
+            channel_stats("ch", message_count=50, requeue_count=5, timeout_count=6, depth=9),
             message_count=100,
             message_bytes=1000,
             depth=20,
         )
     )
     after = _snapshot(
-        _topic(
+        topic_stats(
             "t",
-            _channel("ch", message_count=80, requeue_count=5, timeout_count=9, depth=1),
+            channel_stats("ch", message_count=80, requeue_count=5, timeout_count=9, depth=1),
             message_count=130,
             message_bytes=1600,
             depth=2,
@@ -188,10 +132,12 @@ def test_counters_are_deltas_and_gauges_are_current_values() -> None:
 
 
 def test_new_topic_and_channel_count_from_zero_and_recreated_go_negative() -> None:
-    before = _snapshot(_topic("old", _channel("a", message_count=10), message_count=10))
+    before = _snapshot(topic_stats("old", channel_stats("a", message_count=10), message_count=10))
     after = _snapshot(
-        _topic("new", _channel("b", message_count=4), message_count=4),
-        _topic("old", _channel("a", message_count=3), _channel("c", message_count=2)),
+        topic_stats("new", channel_stats("b", message_count=4), message_count=4),
+        topic_stats(
+            "old", channel_stats("a", message_count=3), channel_stats("c", message_count=2)
+        ),
     )
     lines = set(render_statsd_lines(before, after, "", _opts()))
     assert "topic.new.message_count:4|c" in lines
@@ -202,11 +148,11 @@ def test_new_topic_and_channel_count_from_zero_and_recreated_go_negative() -> No
 
 
 def test_e2e_percentiles_are_gauges_named_by_quantile_percent() -> None:
-    latency = _latency((0.99, 1234567.9), (0.5, 1000.0), (0.999, 5e6), (1.0, 7e6))
-    topic = _topic(
+    channel_latency = latency((0.99, 1234567.9), (0.5, 1000.0), (0.999, 5e6), (1.0, 7e6))
+    topic = topic_stats(
         "t",
-        _channel("ch", e2e_processing_latency=latency),
-        **{"e2e_processing_latency": _latency((0.95, 42.7))},
+        channel_stats("ch", e2e_processing_latency=channel_latency),
+        **{"e2e_processing_latency": latency((0.95, 42.7))},
     )
     lines = render_statsd_lines(None, _snapshot(topic), P, _opts())
     assert f"{P}topic.t.e2e_processing_latency_95:42|g" in lines
@@ -220,14 +166,16 @@ def test_e2e_percentiles_are_gauges_named_by_quantile_percent() -> None:
 
 
 def test_disabled_e2e_sends_no_percentile_lines() -> None:
-    lines = render_statsd_lines(None, _snapshot(_topic("t", _channel("c"))), P, _opts())
+    lines = render_statsd_lines(None, _snapshot(topic_stats("t", channel_stats("c"))), P, _opts())
     assert not [line for line in lines if "e2e" in line]
 
 
 def test_mem_stats_on_sends_gauges_and_gc_runs_delta() -> None:
-    before = _snapshot(memory=_memory(gc_total_runs=10))
+    before = _snapshot(memory=memory_stats(gc_total_runs=10))
     after = _snapshot(
-        memory=_memory(heap_objects=5, next_gc_bytes=4096, gc_pause_usec_99=12, gc_total_runs=13)
+        memory=memory_stats(
+            heap_objects=5, next_gc_bytes=4096, gc_pause_usec_99=12, gc_total_runs=13
+        )
     )
     options = _opts(statsd_mem_stats=True)
     assert render_statsd_lines(before, after, P, options) == [
@@ -246,9 +194,9 @@ def test_mem_stats_on_sends_gauges_and_gc_runs_delta() -> None:
 
 
 def test_mem_stats_off_or_absent_sends_no_mem_lines() -> None:
-    with_memory = _snapshot(_topic("t"), memory=_memory(heap_objects=5))
+    with_memory = _snapshot(topic_stats("t"), memory=memory_stats(heap_objects=5))
     off = render_statsd_lines(None, with_memory, P, _opts(statsd_mem_stats=False))
-    absent = render_statsd_lines(None, _snapshot(_topic("t")), P, _opts(statsd_mem_stats=True))
+    absent = render_statsd_lines(None, _snapshot(topic_stats("t")), P, _opts(statsd_mem_stats=True))
     for lines in (off, absent):
         assert lines
         assert not [line for line in lines if ".mem." in line]
@@ -256,8 +204,8 @@ def test_mem_stats_off_or_absent_sends_no_mem_lines() -> None:
 
 def test_exclude_ephemeral_skips_ephemeral_topics_and_channels() -> None:
     snapshot = _snapshot(
-        _topic("eph#ephemeral", _channel("c")),
-        _topic("t", _channel("c#ephemeral"), _channel("d")),
+        topic_stats("eph#ephemeral", channel_stats("c")),
+        topic_stats("t", channel_stats("c#ephemeral"), channel_stats("d")),
     )
     included = render_statsd_lines(None, snapshot, "", _opts())
     assert any(line.startswith("topic.eph#ephemeral.") for line in included)
@@ -301,7 +249,7 @@ def test_no_lines_no_packets() -> None:
 
 
 def test_default_packet_size_packs_many_lines() -> None:
-    snapshot = _snapshot(*[_topic(f"topic{i}", _channel("ch")) for i in range(20)])
+    snapshot = _snapshot(*[topic_stats(f"topic{i}", channel_stats("ch")) for i in range(20)])
     lines = render_statsd_lines(None, snapshot, P, _opts())
     packets = pack_statsd_packets(lines, 508)
     assert all(len(packet) <= 508 for packet in packets)
@@ -321,7 +269,9 @@ async def test_loop_pushes_every_interval_with_deltas(
     counts = iter([5, 12])
 
     def get_snapshot() -> dict[str, Any]:
-        return _snapshot(_topic("t", message_count=next(counts)), memory=_memory(gc_total_runs=1))
+        return _snapshot(
+            topic_stats("t", message_count=next(counts)), memory=memory_stats(gc_total_runs=1)
+        )
 
     options = NSQDOptions(
         statsd_address=f"127.0.0.1:{port}",
@@ -374,7 +324,7 @@ async def test_loop_uses_the_listening_port_when_broadcast_port_is_unset(
 
 
 async def _loop_with_port(options: NSQDOptions, port: int) -> None:
-    await statsd_loop(lambda: _snapshot(_topic("t")), options, http_port=port)
+    await statsd_loop(lambda: _snapshot(topic_stats("t")), options, http_port=port)
 
 
 async def test_loop_survives_a_bad_address_and_a_failing_snapshot(
@@ -393,7 +343,7 @@ async def test_loop_survives_a_bad_address_and_a_failing_snapshot(
         calls += 1
         if calls == 1:
             raise RuntimeError("stats exploded")
-        return _snapshot(_topic("t", message_count=calls))
+        return _snapshot(topic_stats("t", message_count=calls))
 
     caplog.set_level(logging.INFO, logger="trionsq.nsqd")
     with receiver:
@@ -426,7 +376,7 @@ async def test_send_errors_are_logged_and_the_loop_goes_on(
     def get_snapshot() -> dict[str, Any]:
         nonlocal pushes
         pushes += 1
-        return _snapshot(*[_topic(f"t{i}") for i in range(10)])
+        return _snapshot(*[topic_stats(f"t{i}") for i in range(10)])
 
     options = NSQDOptions(
         statsd_address=f"127.0.0.1:{dead_port}",
