@@ -30,6 +30,7 @@ import trio
 from .. import NSQ_VERSION
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
+from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, MemoryBackend
 from .client_v2 import ClientV2
 from .http_api import serve_http
@@ -281,22 +282,6 @@ class NSQD:
 
 def _is_unix_path(address: str) -> bool:
     return address.startswith("/") or address.startswith("./") or ":" not in address
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """Go's net.SplitHostPort plus a port number: "host:port", "[::1]:port", ":port"."""
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {address}: missing port in address")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    try:
-        number = int(port)
-    except ValueError:
-        raise ValueError(f"address {address}: invalid port") from None
-    if not 0 <= number <= 65535:
-        raise ValueError(f"address {address}: invalid port")
-    return host, number
 
 
 def _listener_address(listener: trio.SocketListener) -> tuple[str, int] | str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from .addresses import split_host_port
 from .options import NSQDOptions
 from .stats import MEMORY_KEYS
 
@@ -184,16 +185,9 @@ def pack_statsd_packets(lines: Iterable[str], packet_size: int) -> list[bytes]:
 # --- the loop ----------------------------------------------------------------------------
 
 
-def _split_host_port(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"statsd address {address!r} is not host:port")
-    return host.strip("[]"), int(port)
-
-
 async def _dial_udp(address: str) -> trio.socket.SocketType:
     """A UDP socket connected to `address` (resolution bounded by Go's 1 s dial timeout)."""
-    host, port = _split_host_port(address)
+    host, port = split_host_port(address)
     with trio.fail_after(_DIAL_TIMEOUT):
         infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     family, kind, proto, _, sockaddr = infos[0]
