@@ -25,3 +25,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="Hypothesis examples per stateful test (default: a quick run for CI)",
     )
+    crash = parser.getgroup("crash tests")
+    crash.addoption(
+        "--crash-trials",
+        type=int,
+        default=3,
+        help="kill -9 trials in tests/integration/test_nsqd_crash.py (default 3; 50: long run)",
+    )

@@ -4,6 +4,7 @@ so that with Trio's MockClock (the `autojump_clock` fixture) timeouts are exact 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -31,9 +32,14 @@ async def start_nsqd(nursery: trio.Nursery, data_path: str, **overrides: Any) ->
         NSQDOptions(), tcp_address="127.0.0.1:0", http_address="", data_path=data_path, node_id=7
     )
     options = dataclasses.replace(options, **overrides)
-    nsqd = NSQD(options)
+    nsqd = NSQD(options, run_blocking=run_inline)
     await nursery.start(nsqd.run)
     return nsqd
+
+
+async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
+    """Disk syncs in the test's own thread: a MockClock must not jump while a thread works."""
+    return fn(*args)
 
 
 class Conn:
@@ -45,6 +51,8 @@ class Conn:
         self.stream = client_side
         self.decoder = FrameDecoder()
         self.heartbeats = 0
+        #: Answer heartbeats with NOP (for waits longer than two heartbeat intervals).
+        self.answer_heartbeats = False
 
     @classmethod
     async def open(cls, nsqd: NSQD, **identify_fields: Any) -> Conn:
@@ -81,6 +89,8 @@ class Conn:
                 continue
             if frame == (FRAME_TYPE_RESPONSE, HEARTBEAT):
                 self.heartbeats += 1
+                if self.answer_heartbeats:
+                    await self.send(b"NOP\n")
                 if skip_heartbeats:
                     continue
             return frame

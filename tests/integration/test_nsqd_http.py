@@ -45,7 +45,9 @@ async def test_ping_and_info(http: httpx.AsyncClient, nsqd: NSQD) -> None:
 
 async def test_ping_reports_an_unhealthy_daemon(http: httpx.AsyncClient, nsqd: NSQD) -> None:
     nsqd.health = "NOK - disk full"
-    assert error_of(await http.get("/ping")) == (500, "NOK - disk full")
+    response = await http.get("/ping")
+    assert (response.status_code, response.text) == (500, "NOK - disk full")
+    assert "X-NSQ-Content-Type" not in response.headers
 
 
 async def test_pub_delivers_to_a_consumer(http: httpx.AsyncClient, nsqd: NSQD) -> None:

@@ -1,112 +1,147 @@
-"""The queue behind a topic's or channel's memory queue, and the interim implementations.
+"""The queue behind a topic's or channel's memory queue: the disk queue, or the discarding
+backend of ephemeral topics and channels (as in NSQ).
 
-A backend holds messages beyond ``--mem-queue-size``, in the framed form the daemon keeps
-(see trionsq.protocol.message). The disk queue (go-diskqueue's format) is its own issue; until
-it lands, `MemoryBackend` holds overflow in memory: nothing survives a restart. Ephemeral
-topics and channels use `DiscardBackend`, as in NSQ.
+A backend holds messages beyond ``--mem-queue-size`` as framed `bytes` (trionsq.protocol.message).
+`DiskBackend` is trionsq.diskqueue's `DiskQueue` reporting write failures to the daemon's health
+(`/ping`), as Go nsqd's SetHealth does.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections import deque
-from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from ..diskqueue import DiskQueue, DiskQueueError
+from ..protocol.message import MESSAGE_HEADER_SIZE
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+
+log = logging.getLogger("trionsq.nsqd")
+
+
+class BackendError(Exception):
+    """The backend could not store messages (PUB answers E_PUB_FAILED)."""
 
 
 class Backend(Protocol):
     """What a topic or channel needs from the queue behind its memory queue."""
 
-    def put(self, frame: bytes) -> None:
-        """Append one message; raises OSError-like errors on failure (PUB answers E_PUB_FAILED)."""
+    #: Messages not yet taken.
+    depth: int
+    #: Message ID -> handed out by `take` and not yet released (for FIN's fast path).
+    owed: dict[bytes, list[int]]
+    #: Message ID -> due time (Unix ns) of messages written while deferred (at shutdown).
+    deferred_due: dict[bytes, int]
 
-    def put_many(self, frames: Iterable[bytes]) -> None: ...
+    def put(self, frame: bytes) -> None:
+        """Append one message; raises BackendError on failure."""
+
+    def put_many(self, frames: list[bytes]) -> None: ...
 
     def take(self, max_count: int) -> list[bytes]:
         """Remove and return up to `max_count` messages, oldest first."""
         ...
 
-    @property
-    def depth(self) -> int: ...
+    def release(self, message_id: bytes) -> None:
+        """A message `take` handed out is finished (it need not survive a crash any more)."""
 
     def empty(self) -> None:
         """Drop every message."""
 
     def close(self) -> None:
-        """Persist what is held and release resources (shutdown)."""
+        """No more writes (shutdown); what is held is made durable."""
 
     def delete(self) -> None:
         """Release resources and remove whatever is stored (topic/channel deleted)."""
 
 
 def queue_with_overflow(
-    memory: deque[bytes], limit: int, backend: Backend, frames: list[bytes]
+    memory: deque[bytes], limit: int, backend: Backend, frames: list[bytes], spill: bool = False
 ) -> None:
     """Queue `frames` in `memory` up to `limit` messages, the rest in `backend`
-    (--mem-queue-size semantics, for topics and channels alike)."""
+    (--mem-queue-size semantics, for topics and channels alike). When the backend fails,
+    raise BackendError with nothing queued, or with `spill` keep them all in memory instead
+    (messages already accepted are never dropped)."""
     room = limit - len(memory)
     if room >= len(frames):
         memory.extend(frames)
-    elif room > 0:
+        return
+    overflow = frames[room:] if room > 0 else frames
+    try:
+        backend.put_many(overflow)
+    except BackendError:
+        if not spill:
+            raise
+        memory.extend(overflow)
+    if room > 0:
         memory.extend(frames[:room])
-        backend.put_many(frames[room:])
-    else:
+
+
+def save_at_exit(backend: Backend, frames: list[bytes], owner: str) -> None:
+    """Shutdown: write the messages held in memory to the backend, and close it. If the disk
+    refuses them they are lost, and the log says how many (as Go nsqd's does)."""
+    try:
         backend.put_many(frames)
+    except BackendError as err:
+        log.error("%s: failed to save %d messages at exit - %s", owner, len(frames), err)
+    backend.close()
 
 
-class MemoryBackend:
-    """Interim stand-in for the disk queue: an unbounded FIFO in memory (not durable)."""
+class DiskBackend(DiskQueue):
+    """A durable topic's or channel's disk queue, with nsqd's limits and health reporting."""
 
-    __slots__ = ("_queue",)
+    def __init__(self, nsqd: NSQD, name: str, *, track_consumption: bool) -> None:
+        options = nsqd.options
+        super().__init__(
+            name,
+            options.data_path or os.getcwd(),
+            max_bytes_per_file=options.max_bytes_per_file,
+            min_msg_size=MESSAGE_HEADER_SIZE,
+            max_msg_size=options.max_msg_size + MESSAGE_HEADER_SIZE,
+            sync_every=options.sync_every,
+            syncer=nsqd.disk_syncer,
+            track_consumption=track_consumption,
+        )
+        self._nsqd = nsqd
 
-    def __init__(self) -> None:
-        self._queue: deque[bytes] = deque()
+    def put_many(self, frames: list[bytes]) -> None:
+        try:
+            super().put_many(frames)
+        except OSError as err:
+            reason = f"failed to write to disk - {err.strerror or err}"
+            self._nsqd.health = f"NOK - {reason}"
+            raise BackendError(reason) from err
+        except DiskQueueError as err:
+            raise BackendError(str(err)) from err
+        if self._nsqd.health != "OK":
+            self._nsqd.health = "OK"
 
     def put(self, frame: bytes) -> None:
-        self._queue.append(frame)
-
-    def put_many(self, frames: Iterable[bytes]) -> None:
-        self._queue.extend(frames)
-
-    def take(self, max_count: int) -> list[bytes]:
-        q = self._queue
-        if max_count >= len(q):
-            out = list(q)
-            q.clear()
-            return out
-        popleft = q.popleft
-        return [popleft() for _ in range(max_count)]
-
-    @property
-    def depth(self) -> int:
-        return len(self._queue)
-
-    def empty(self) -> None:
-        self._queue.clear()
-
-    def close(self) -> None:
-        pass
-
-    def delete(self) -> None:
-        self._queue.clear()
+        self.put_many([frame])
 
 
 class DiscardBackend:
     """Ephemeral topics and channels: overflow beyond the memory queue is dropped silently."""
 
     __slots__ = ()
+    depth: ClassVar[int] = 0
+    owed: ClassVar[dict[bytes, list[int]]] = {}
+    deferred_due: ClassVar[dict[bytes, int]] = {}
 
     def put(self, frame: bytes) -> None:
         pass
 
-    def put_many(self, frames: Iterable[bytes]) -> None:
+    def put_many(self, frames: list[bytes]) -> None:
         pass
 
     def take(self, max_count: int) -> list[bytes]:
         return []
 
-    @property
-    def depth(self) -> int:
-        return 0
+    def release(self, message_id: bytes) -> None:
+        pass
 
     def empty(self) -> None:
         pass

@@ -14,13 +14,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
 import trio
 
-from ..protocol.message import with_attempts
-from .backend import Backend, queue_with_overflow
+from ..protocol.message import framed_id, with_attempts
+from .backend import Backend, BackendError, queue_with_overflow, save_at_exit
 from .client_v2 import ClientV2, InFlight
 from .e2e_latency import E2ELatency
 from .e2e_latency import for_options as e2e_latency_for_options
@@ -89,15 +90,20 @@ class Channel:
         return sum(len(c.in_flight) for c in self.clients) + sum(len(o) for o in self.orphans)
 
     def put(self, frame: bytes) -> None:
+        """Queue a message back (requeue, timeout, due deferred). If the disk refuses it, it
+        stays in memory: a message already accepted is never dropped."""
         if len(self.memory) < self.mem_limit:
             self.memory.append(frame)
-        else:
+            return
+        try:
             self.backend.put(frame)
+        except BackendError:
+            self.memory.append(frame)
 
     def put_many(self, frames: list[bytes]) -> None:
         """Queue messages from the topic pump (counted in message_count)."""
         self.message_count += len(frames)
-        queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)
+        queue_with_overflow(self.memory, self.mem_limit, self.backend, frames, spill=True)
 
     def defer(self, frame: bytes, delay: float) -> None:
         due = trio.current_time() + delay
@@ -109,11 +115,30 @@ class Channel:
         if count >= len(memory):
             frames = list(memory)
             memory.clear()
-            if len(frames) < count:
-                frames += self.backend.take(count - len(frames))
+            while len(frames) < count:
+                taken = self.backend.take(count - len(frames))
+                if not taken:
+                    break
+                if self.backend.deferred_due:
+                    taken = self._restore_deferred(taken)
+                frames += taken
             return frames
         popleft = memory.popleft
         return [popleft() for _ in range(count)]
+
+    def _restore_deferred(self, frames: list[bytes]) -> list[bytes]:
+        """Messages that were deferred when nsqd last stopped: defer them again until their
+        due time (beyond NSQ, whose restart delivers them at once); return the others."""
+        due_times = self.backend.deferred_due
+        now = time.time_ns()
+        due_now = []
+        for frame in frames:
+            due = due_times.pop(framed_id(frame), None)
+            if due is None or due <= now:
+                due_now.append(frame)
+            else:
+                self.defer(frame, (due - now) / 1e9)
+        return due_now
 
     # -- delivery -------------------------------------------------------------------------
 
@@ -129,9 +154,9 @@ class Channel:
             client = clients[0]
             free = client.free_slots()
             if free > 0:
-                now = trio.current_time()
-                deadline = client.deliver(self._take(min(free, available)), now)
-                self.nsqd.scan_notify(deadline)
+                frames = self._take(min(free, available))
+                if frames:
+                    self.nsqd.scan_notify(client.deliver(frames, trio.current_time()))
             return
         ready = [c for c in clients if c.free_slots() > 0]
         if not ready:
@@ -149,8 +174,10 @@ class Channel:
             if count <= 0:
                 continue
             frames = self._take(count)
+            if not frames:
+                break
             available -= len(frames)
-            deadline = client.deliver(frames, now)
+            deadline = min(deadline, client.deliver(frames, now))
             if not available:
                 break
         self.nsqd.scan_notify(deadline)
@@ -168,6 +195,8 @@ class Channel:
         if entry is None:
             raise self._owner_error(message_id)
         client.finish_count += 1
+        if self.backend.owed:
+            self.backend.release(message_id)
         if self.e2e is not None:
             self.e2e.record_frame(entry[0])
 
@@ -273,9 +302,13 @@ class Channel:
     def pause(self) -> None:
         """Deliver nothing: subscribers are treated as not ready; in-flight messages go on."""
         self.paused = True
+        if not self.ephemeral:
+            self.nsqd.persist_metadata()
 
     def unpause(self) -> None:
         self.paused = False
+        if not self.ephemeral:
+            self.nsqd.persist_metadata()
         self.dispatch()
 
     def empty(self) -> None:
@@ -299,10 +332,12 @@ class Channel:
         for table in self.orphans:
             frames += [_delivered(e[0]) for e in table.values()]
         self.orphans.clear()
-        frames += [item[2] for item in self.deferred]
+        wall_offset = time.time_ns() - int(trio.current_time() * 1e9)
+        for due, _, frame in self.deferred:
+            self.backend.deferred_due[framed_id(frame)] = wall_offset + int(due * 1e9)
+            frames.append(frame)
         self.deferred.clear()
-        self.backend.put_many(frames)
-        self.backend.close()
+        save_at_exit(self.backend, frames, f"CHANNEL({self.name})")
 
     def delete(self) -> None:
         """HTTP /channel/delete or its topic's deletion: its subscribers' connections close."""

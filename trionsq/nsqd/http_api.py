@@ -20,7 +20,7 @@ from urllib.parse import unquote_plus
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
-from quart import Response, request
+from quart import Response, g, request
 from quart_trio import QuartTrio
 
 from .. import NSQ_VERSION
@@ -28,6 +28,7 @@ from ..logs import parse_log_level, set_log_level
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.parser import CommandParser
+from .backend import BackendError
 from .prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .prometheus import render_prometheus
 from .stats import format_text, snapshot
@@ -123,9 +124,34 @@ async def read_body(limit: int) -> bytes | None:
     data = bytearray()
     async for chunk in request.body:
         data += chunk
+        g.body_bytes_read = len(data)
         if len(data) > limit:
             return None
+    g.body_done = True
     return bytes(data)
+
+
+#: Go's net/http maxPostHandlerReadBytes: how much unread body it discards after a handler.
+MAX_DISCARD = 256 * 1024
+
+
+async def discard_body(response: Response) -> Response:
+    """Go's net/http after a handler: discard what is left of the request body (up to 256 KiB)
+    so the connection can take the next request; with more left, close it after the answer.
+    (Answering before hypercorn has seen the body's end leaves a keep-alive connection stuck.)"""
+    if g.get("body_done"):
+        return response
+    length = request.content_length
+    if length is not None and length - g.get("body_bytes_read", 0) > MAX_DISCARD:
+        response.headers["Connection"] = "close"
+        return response
+    seen = 0
+    async for chunk in request.body:
+        seen += len(chunk)
+        if seen > MAX_DISCARD:
+            response.headers["Connection"] = "close"
+            break
+    return response
 
 
 def content_length() -> int:
@@ -185,6 +211,7 @@ def create_app(nsqd: NSQD) -> QuartTrio:
     """The HTTP API of `nsqd` as a quart-trio app."""
     app = QuartTrio("trionsq.nsqd")
     app.config["MAX_CONTENT_LENGTH"] = None  # limits are nsqd's, checked per route
+    app.after_request(discard_body)
     opts = nsqd.options
 
     def route(path: str, methods: list[str]) -> Callable[[Handler], Handler]:
@@ -214,12 +241,15 @@ def create_app(nsqd: NSQD) -> QuartTrio:
         log.exception("HTTP: internal error - %s", err)
         return respond("INTERNAL_ERROR", 500)
 
-    @route("/ping", ["GET"])
-    async def ping() -> str:
+    @app.route("/ping", methods=["GET"])
+    async def ping() -> Response:
+        # Go answers /ping as PlainText, not V1: no X-NSQ-Content-Type header, and when
+        # unhealthy the health text itself with status 500.
         health = nsqd.health
-        if health != "OK":
-            raise HTTPError(500, health)
-        return health
+        status = 200 if health == "OK" else 500
+        return Response(
+            health, status=status, headers={"Content-Type": "text/plain; charset=utf-8"}
+        )
 
     @route("/info", ["GET"])
     async def info() -> dict[str, Any]:
@@ -303,9 +333,15 @@ def create_app(nsqd: NSQD) -> QuartTrio:
         body = render_prometheus(snapshot(nsqd))
         return Response(body, status=200, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
+    async def persisted() -> None:
+        """Answer after nsqd.dat holds the change (Go persists it before answering)."""
+        if not await nsqd.metadata.flush():
+            raise HTTPError(500, "INTERNAL_ERROR")
+
     @route("/topic/create", ["POST"])
     async def topic_create() -> None:
         topic_from_query(nsqd, query())
+        await persisted()
 
     @route("/topic/delete", ["POST"])
     async def topic_delete() -> None:
@@ -315,6 +351,7 @@ def create_app(nsqd: NSQD) -> QuartTrio:
         if name not in nsqd.topics:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         nsqd.delete_topic(name)
+        await persisted()
 
     @route("/topic/empty", ["POST"])
     async def topic_empty() -> None:
@@ -323,15 +360,18 @@ def create_app(nsqd: NSQD) -> QuartTrio:
     @route("/topic/pause", ["POST"])
     async def topic_pause() -> None:
         existing_topic(nsqd, query(), validate=False).pause()
+        await persisted()
 
     @route("/topic/unpause", ["POST"])
     async def topic_unpause() -> None:
         existing_topic(nsqd, query(), validate=False).unpause()
+        await persisted()
 
     @route("/channel/create", ["POST"])
     async def channel_create() -> None:
         topic, channel_name = existing_topic_and_channel_name(nsqd, query())
         topic.get_channel(channel_name)
+        await persisted()
 
     def existing_channel() -> Any:
         topic, channel_name = existing_topic_and_channel_name(nsqd, query())
@@ -344,6 +384,7 @@ def create_app(nsqd: NSQD) -> QuartTrio:
     async def channel_delete() -> None:
         topic, channel = existing_channel()
         topic.delete_channel(channel.name)
+        await persisted()
 
     @route("/channel/empty", ["POST"])
     async def channel_empty() -> None:
@@ -352,10 +393,12 @@ def create_app(nsqd: NSQD) -> QuartTrio:
     @route("/channel/pause", ["POST"])
     async def channel_pause() -> None:
         existing_channel()[1].pause()
+        await persisted()
 
     @route("/channel/unpause", ["POST"])
     async def channel_unpause() -> None:
         existing_channel()[1].unpause()
+        await persisted()
 
     @route("/config/<opt>", ["GET", "PUT"])
     async def config(opt: str) -> Any:
@@ -375,7 +418,8 @@ def create_app(nsqd: NSQD) -> QuartTrio:
 def _put(topic: Topic, bodies: list[bytes], delay: float) -> None:
     try:
         topic.put_bodies(bodies, delay)
-    except TopicExiting:
+    except (TopicExiting, BackendError):
+        # Go nsqd answers every failed put so, a disk failure included.
         raise HTTPError(503, "EXITING") from None
 
 
@@ -445,4 +489,21 @@ async def serve_http(
     config.errorlog = None
     config.accesslog = None
     config.graceful_timeout = 0
-    await serve(create_app(nsqd), config, task_status=task_status)  # type: ignore[arg-type]
+    app = _shield_sends(create_app(nsqd))
+    await serve(app, config, task_status=task_status)
+
+
+def _shield_sends(app: QuartTrio) -> Callable[..., Awaitable[None]]:
+    """The app with its ASGI send() shielded from cancellation. Hypercorn closes a
+    ``Connection: close`` (or HTTP/1.0) connection from inside the app's last send(), after
+    telling the app the client is gone; quart-trio then cancels the request task, cancelling
+    the close too, and the connection stayed open (a client reading to EOF hung)."""
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        async def shielded_send(message: Any) -> None:
+            with trio.CancelScope(shield=True):
+                await send(message)
+
+        await app(scope, receive, shielded_send)
+
+    return asgi

@@ -6,11 +6,15 @@ NSQD.run()  root nursery
  │                  and the HTTP server (hypercorn)
  ├─ each topic's message pump
  ├─ queue scan loop (in-flight timeouts, deferred messages)
+ ├─ disk syncer (fsync and disk-queue metadata, in a worker thread)
+ ├─ nsqd.dat writer
  └─ statsd loop (with --statsd-address)
 ```
-Shutdown is one ordered path (`request_exit`): stop accepting and close every connection
-(their in-flight messages stay with their channels), then close every topic, which hands each
-channel's queued, in-flight and deferred messages to its backend, then stop the pumps.
+At start, nsqd.dat's topics and channels are created (their disk queues reopen), then nsqd
+serves. Shutdown is one ordered path (`request_exit`): stop accepting and close every
+connection (their in-flight messages stay with their channels), then close every topic, which
+writes each channel's queued, in-flight and deferred messages to its disk queue, then the final
+sync of every disk queue and nsqd.dat, then stop the pumps.
 """
 
 from __future__ import annotations
@@ -28,10 +32,13 @@ from typing import Any
 import trio
 
 from .. import NSQ_VERSION
+from ..diskqueue import DiskSyncer
+from ..diskqueue.syncer import BlockingRunner
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
+from . import metadata
 from .addresses import split_host_port
-from .backend import Backend, DiscardBackend, MemoryBackend
+from .backend import Backend, DiscardBackend, DiskBackend
 from .client_v2 import ClientV2
 from .http_api import serve_http
 from .options import NSQDOptions
@@ -49,7 +56,11 @@ class StartupError(Exception):
 
 
 class NSQD:
-    def __init__(self, options: NSQDOptions) -> None:
+    def __init__(
+        self, options: NSQDOptions, run_blocking: BlockingRunner = trio.to_thread.run_sync
+    ) -> None:
+        """`run_blocking` runs disk syncs and nsqd.dat writes (a worker thread; tests on a
+        MockClock pass an inline runner, so the clock does not jump while a thread works)."""
         self.options = options
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, ClientV2] = {}
@@ -80,22 +91,34 @@ class NSQD:
         self._scan_wake = Wakeup()
         self._scan_target = math.inf
         self._lock_fd: int | None = None
+        self.disk_syncer = DiskSyncer(options.sync_timeout, run_blocking)
+        self.metadata = metadata.MetadataWriter(
+            metadata.metadata_path(options.data_path or os.getcwd()),
+            lambda: metadata.current(self),
+            run_blocking,
+        )
+        self._loading = False
 
     # -- topics ---------------------------------------------------------------------------
 
-    def make_backend(self, name: str, ephemeral: bool) -> Backend:
+    def make_backend(self, name: str, ephemeral: bool, *, channel: bool) -> Backend:
+        """The disk queue named as Go nsqd names it (``topic`` or ``topic:channel``); a
+        channel's tracks consumption, so a crash redelivers its in-flight messages."""
         if ephemeral:
             return DiscardBackend()
-        return MemoryBackend()
+        return DiskBackend(self, name, track_consumption=channel)
 
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
-            topic = Topic(self, name, self.make_backend(name, is_ephemeral(name)))
+            ephemeral = is_ephemeral(name)
+            topic = Topic(self, name, self.make_backend(name, ephemeral, channel=False))
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             assert self._nursery is not None
             self._nursery.start_soon(topic.pump, name=f"topic-pump:{name}")
+            if not ephemeral:
+                self.persist_metadata()
         return topic
 
     def delete_topic(self, name: str) -> None:
@@ -104,6 +127,27 @@ class NSQD:
             log.info("TOPIC(%s): deleting", name)
             topic.delete()
             topic.wake.set()
+            if not topic.ephemeral:
+                self.persist_metadata()
+
+    def persist_metadata(self) -> None:
+        """Topics or channels changed: rewrite nsqd.dat soon (not while loading it)."""
+        if not self._loading:
+            self.metadata.request()
+
+    def _load_metadata(self, topics: list[metadata.TopicMetadata]) -> None:
+        self._loading = True
+        try:
+            for entry in topics:
+                topic = self.get_topic(entry.name)
+                for channel_entry in entry.channels:
+                    channel = topic.get_channel(channel_entry.name)
+                    if channel_entry.paused:
+                        channel.pause()
+                if entry.paused:
+                    topic.pause()
+        finally:
+            self._loading = False
 
     # -- clients --------------------------------------------------------------------------
 
@@ -163,6 +207,11 @@ class NSQD:
         self._check_unbuilt_features()
         self._lock_data_path()
         try:
+            saved_topics = metadata.load(self.metadata.path)
+        except metadata.MetadataError as err:
+            self._unlock_data_path()
+            raise StartupError(f"failed to load metadata - {err}") from err
+        try:
             listeners = await self._open_tcp_listeners()
         except OSError as err:
             raise StartupError(
@@ -174,6 +223,10 @@ class NSQD:
             async with trio.open_nursery() as root:
                 self._nursery = root
                 root.start_soon(self._queue_scan_loop, name="queue-scan")
+                await root.start(self.disk_syncer.run, name="disk-syncer")
+                self._load_metadata(saved_topics)
+                await self.metadata.write()
+                await root.start(self.metadata.run, name="metadata-writer")
                 async with trio.open_nursery() as clients:
                     self._clients_nursery = clients
                     clients.start_soon(
@@ -200,6 +253,8 @@ class NSQD:
                     log.info("NSQ: closing TCP listener and %d clients", len(self.clients))
                     clients.cancel_scope.cancel()
                 self._close_topics()
+                await self.disk_syncer.close()
+                await self.metadata.write()
                 root.cancel_scope.cancel()
         finally:
             self._unlock_data_path()

@@ -23,6 +23,7 @@ from ..protocol.goquote import go_quote
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.negotiation import negotiate
 from ..protocol.parser import CommandParser, parse_uint
+from .backend import BackendError
 from .channel import ChannelError
 from .client_v2 import STATE_DISCONNECTED, ClientV2
 from .topic import TopicExiting
@@ -368,7 +369,11 @@ def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
         if client.irregular:
             client.irregular.discard(message_id)
         client.finish_count += 1
-        e2e = client.channel.e2e  # type: ignore[union-attr]  # set wherever FIN is allowed
+        channel = client.channel
+        assert channel is not None  # set wherever FIN is allowed
+        if channel.backend.owed:
+            channel.backend.release(message_id)
+        e2e = channel.e2e
         if e2e is not None:
             e2e.record_frame(entry[0])
         return
@@ -442,7 +447,7 @@ def _publish(
     topic = nsqd.get_topic(topic_name)
     try:
         topic.put_bodies(bodies, defer)
-    except TopicExiting as err:
+    except (TopicExiting, BackendError) as err:
         raise ProtocolError(failed, f"{cmd.name.decode()} failed {err}") from None
     counts = client.pub_counts
     if not counts:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.guid import GUIDFactory
+from ..protocol.message import framed_id
 from ..protocol.names import is_ephemeral
-from .backend import Backend, queue_with_overflow
+from .backend import Backend, queue_with_overflow, save_at_exit
 from .channel import Channel
 from .wakeup import Wakeup
 
@@ -76,7 +77,8 @@ class Topic:
         return len(self.memory) + self.backend.depth
 
     def put_bodies(self, bodies: list[bytes], defer: float = 0.0) -> None:
-        """Accept published message bodies (all or none). Raises TopicExiting."""
+        """Accept published message bodies (all or none). Raises TopicExiting, or
+        BackendError when the disk refuses them."""
         if self.exiting:
             raise TopicExiting("exiting")
         ids = self.guid.next_ids(len(bodies))
@@ -89,7 +91,7 @@ class Topic:
         if defer > 0:
             self.deferred.extend((frame, defer) for frame in frames)
         else:
-            queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)
+            queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)  # may raise
         self.message_count += len(frames)
         self.message_bytes += sum(map(len, bodies))
         self.wake.set()
@@ -123,7 +125,10 @@ class Topic:
             frames = list(memory)
             memory.clear()
             if len(frames) < PUMP_BATCH and self.backend.depth:
-                frames += self.backend.take(PUMP_BATCH - len(frames))
+                taken = self.backend.take(PUMP_BATCH - len(frames))
+                if self.backend.deferred_due:
+                    taken = self._restore_deferred(taken, channels)
+                frames += taken
         else:
             popleft = memory.popleft
             frames = [popleft() for _ in range(PUMP_BATCH)]
@@ -134,16 +139,34 @@ class Topic:
                 channel.dispatch()
         return bool(memory) or self.backend.depth > 0
 
+    def _restore_deferred(self, frames: list[bytes], channels: list[Channel]) -> list[bytes]:
+        """DPUB messages saved at shutdown before reaching the channels: defer them again
+        until their due time; return the others."""
+        due_times = self.backend.deferred_due
+        now = time.time_ns()
+        due_now = []
+        for frame in frames:
+            due = due_times.pop(framed_id(frame), None)
+            if due is None or due <= now:
+                due_now.append(frame)
+                continue
+            for channel in channels:
+                channel.message_count += 1
+                channel.defer(frame, (due - now) / 1e9)
+        return due_now
+
     # -- channels -------------------------------------------------------------------------
 
     def get_channel(self, name: str) -> Channel:
         channel = self.channels.get(name)
         if channel is None:
             ephemeral = is_ephemeral(name)
-            backend = self.nsqd.make_backend(f"{self.name}:{name}", ephemeral)
+            backend = self.nsqd.make_backend(f"{self.name}:{name}", ephemeral, channel=True)
             channel = Channel(self, name, backend, ephemeral)
             self.channels[name] = channel
             log.info("TOPIC(%s): new channel(%s)", self.name, name)
+            if not ephemeral:
+                self.nsqd.persist_metadata()
             self.wake.set()
         return channel
 
@@ -153,6 +176,8 @@ class Topic:
             return
         log.info("TOPIC(%s): deleting channel %s", self.name, name)
         channel.delete()
+        if not channel.ephemeral:
+            self.nsqd.persist_metadata()
         if self.ephemeral and not self.channels and not self.exiting:
             self.nsqd.delete_topic(self.name)
 
@@ -161,9 +186,11 @@ class Topic:
     def pause(self) -> None:
         """Stop copying messages to the channels; they wait in the topic."""
         self.paused = True
+        self.nsqd.persist_metadata()
 
     def unpause(self) -> None:
         self.paused = False
+        self.nsqd.persist_metadata()
         self.wake.set()
 
     def empty(self) -> None:
@@ -177,10 +204,12 @@ class Topic:
         for channel in self.channels.values():
             channel.close()
         frames = list(self.memory) + [frame for frame, _ in self.deferred]
+        now = time.time_ns()
+        for frame, delay in self.deferred:
+            self.backend.deferred_due[framed_id(frame)] = now + int(delay * 1e9)
         self.memory.clear()
         self.deferred.clear()
-        self.backend.put_many(frames)
-        self.backend.close()
+        save_at_exit(self.backend, frames, f"TOPIC({self.name})")
 
     def delete(self) -> None:
         self.exiting = True

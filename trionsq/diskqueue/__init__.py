@@ -1,0 +1,6 @@
+"""The disk queue behind topics and channels, in go-diskqueue's on-disk format (reference §7)."""
+
+from .queue import DiskQueue, DiskQueueError
+from .syncer import DiskSyncer
+
+__all__ = ["DiskQueue", "DiskQueueError", "DiskSyncer"]
