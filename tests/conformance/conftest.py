@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from .nsq_conn import NSQConn
@@ -56,6 +57,31 @@ def nsqd_http(nsqd_addresses: tuple[Any, tuple[str, int] | None]) -> tuple[str, 
     if nsqd_addresses[1] is None:
         pytest.skip("no nsqd HTTP address (use --nsqd-http-address)")
     return nsqd_addresses[1]
+
+
+@pytest.fixture(scope="session")
+def _http_client(
+    nsqd_addresses: tuple[Any, tuple[str, int] | None],
+) -> Iterator[httpx.Client | None]:
+    """One keep-alive HTTP client for the session (None when no HTTP address is known)."""
+    if nsqd_addresses[1] is None:
+        yield None
+        return
+    host, port = nsqd_addresses[1]
+    base_url = f"http://{host}:{port}"
+    with httpx.Client(base_url=base_url, timeout=10.0, trust_env=False) as client:
+        yield client
+
+
+@pytest.fixture
+def api(
+    nsqd_http: tuple[str, int], _http_client: httpx.Client | None, topic: str
+) -> Iterator[httpx.Client]:
+    """A blocking HTTP client for the nsqd under test (skipped when no HTTP address is known).
+    The test's `topic` is deleted afterwards, so HTTP tests leave no topics behind."""
+    assert _http_client is not None
+    yield _http_client
+    _http_client.post("/topic/delete", params={"topic": topic})
 
 
 Connect = Callable[..., NSQConn]
