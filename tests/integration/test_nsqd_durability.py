@@ -287,3 +287,26 @@ async def test_requeue_while_the_disk_is_full_keeps_the_message_in_memory(
     await consumer.send(req(message.id, 0))
     again = await consumer.message()
     assert (again.id, again.attempts) == (message.id, 2)
+
+
+async def test_mem_queue_size_0_moves_messages_disk_to_disk_to_every_channel(nursery, tmp_path):
+    nsqd = await start_nsqd(nursery, str(tmp_path), mem_queue_size=0)
+    topic = nsqd.get_topic("t")
+    topic.get_channel("one")
+    topic.get_channel("two")
+    await publish(nsqd, "t", [b"%03d" % i for i in range(100)])
+    first = await Conn.consumer(nsqd, "t", "one", ready=200)
+    second = await Conn.consumer(nsqd, "t", "two", ready=200)
+    got_first = await first.messages(100)
+    got_second = await second.messages(100)
+    assert (
+        [m.body for m in got_first]
+        == [m.body for m in got_second]
+        == [b"%03d" % i for i in range(100)]
+    )
+    # the records were copied verbatim from the topic's segment to each channel's
+    topic_records = (tmp_path / "t.diskqueue.000000.dat").read_bytes()
+    assert len(topic_records) == 100 * (4 + 26 + 3)
+    assert (tmp_path / "t:one.diskqueue.000000.dat").read_bytes() == topic_records
+    assert (tmp_path / "t:two.diskqueue.000000.dat").read_bytes() == topic_records
+    assert topic.channels["one"].message_count == topic.channels["two"].message_count == 100

@@ -25,7 +25,7 @@ import os
 import re
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .files import (
@@ -64,7 +64,8 @@ class DiskQueueError(Exception):
 
 
 class _CorruptRecord(Exception):
-    pass
+    #: Records consumed by the read before it met the corruption.
+    consumed = 0
 
 
 class DiskQueue:
@@ -255,7 +256,41 @@ class DiskQueue:
             for frame in frames:
                 self.release(frame[_FRAME_ID])
 
-    def _append(self, parts: list[bytes], count: int, new_pos: int) -> None:
+    def put_records(self, pieces: list[bytes], count: int) -> None:
+        """Append `count` whole records given as go-diskqueue bytes (from another queue's
+        `take_records`; their sizes were checked when read). Raises as `put_many`."""
+        if not count:
+            return
+        if self.closed:
+            raise DiskQueueError("exiting")
+        total = sum(map(len, pieces))
+        limit = self.max_bytes_per_file
+        pos = self._write_pos
+        if pos + total <= limit:
+            self._append(pieces, count, pos + total)
+            return
+        # The run crosses a segment boundary: roll before each record where go would.
+        records: list[memoryview] = []
+        for piece in pieces:
+            view = memoryview(piece)
+            i = 0
+            while i < len(piece):
+                size = 4 + _LENGTH.unpack_from(piece, i)[0]
+                records.append(view[i : i + size])
+                i += size
+        parts: list[memoryview] = []
+        for record in records:
+            if pos > 0 and pos + len(record) > limit:
+                if parts:
+                    self._append(parts, len(parts), pos)
+                    parts = []
+                self._roll()
+                pos = 0
+            parts.append(record)
+            pos += len(record)
+        self._append(parts, len(parts), pos)
+
+    def _append(self, parts: Sequence[bytes | memoryview], count: int, new_pos: int) -> None:
         fd = self._wfd if self._wfd is not None else self._open_write_file()
         data = b"".join(parts)
         try:
@@ -305,7 +340,23 @@ class DiskQueue:
     def take(self, max_count: int) -> list[bytes]:
         """Hand out up to `max_count` frames, oldest first."""
         out: list[bytes] = []
-        while len(out) < max_count:
+        self._consume(max_count, lambda want, end: self._read_records(out, want, end))
+        return out
+
+    def take_records(self, max_count: int) -> tuple[list[bytes], int]:
+        """Up to `max_count` records as go-diskqueue bytes (whole records, in one or more
+        pieces) and their count: for moving messages to other queues (`put_records`)
+        without decoding them. Not for a queue that tracks consumption."""
+        assert not self._track, "records taken raw cannot be tracked"
+        pieces: list[bytes] = []
+        count = self._consume(max_count, lambda want, end: self._read_raw(pieces, want, end))
+        return pieces, count
+
+    def _consume(self, max_count: int, read: Callable[[int, int], int]) -> int:
+        """Run `read(wanted, end)` over the segments until `max_count` records are consumed
+        or the reader reaches the writer; returns the records consumed."""
+        done = 0
+        while done < max_count:
             if self._read_file == self._write_file and self._read_pos >= self._write_pos:
                 break
             if self._rfd is None and not self._open_read_file():
@@ -315,8 +366,9 @@ class DiskQueue:
                 self._next_read_file()
                 continue
             try:
-                self._read_records(out, max_count, end)
+                done += read(max_count - done, end)
             except _CorruptRecord as err:
+                done += err.consumed
                 self._skip_bad_read_file(str(err))
         if (
             self._rfd is not None
@@ -333,18 +385,19 @@ class DiskQueue:
                 self.depth,
             )
             self.depth = 0
-        return out
+        return done
 
-    def _read_records(self, out: list[bytes], max_count: int, end: int) -> None:
+    def _read_records(self, out: list[bytes], want: int, end: int) -> int:
+        """Decode up to `want` records of the read file (before `end`) into frames appended
+        to `out`; returns the records consumed (a skipped second copy counts)."""
         buf, view, off, base = self._rbuf, self._rview, self._roff, self._rbuf_pos
         unpack = _LENGTH.unpack_from
         pack = _FRAME_HEADER.pack
         lo, hi = self.min_msg_size, self.max_msg_size
         track = self._track
-        start_count = len(out)
-        skipped = 0
+        consumed = 0
         try:
-            while len(out) < max_count and base + off < end:
+            while consumed < want and base + off < end:
                 if off + 4 > len(buf):
                     buf, view, off, base = self._refill(off, 4, end)
                 length = unpack(buf, off)[0]
@@ -354,6 +407,7 @@ class DiskQueue:
                 if stop > len(buf):
                     buf, view, off, base = self._refill(off, 4 + length, end)
                     stop = off + 4 + length
+                consumed += 1
                 if track:
                     message_id = buf[off + _RECORD_ID.start : off + _RECORD_ID.stop]
                     if message_id in self.owed:
@@ -361,18 +415,61 @@ class DiskQueue:
                         # still handed out: that one stands for both. Kept in the order
                         # (as released) so that the persisted depth still counts it.
                         self._owed_in_order.append([self._read_file, base + off, 1])
-                        skipped += 1
                         off = stop
                         continue
                     self._owe(message_id, base + off)
                 out.append(pack(length + 4, _FRAME_TYPE_MESSAGE) + view[off + 4 : stop])
                 off = stop
+        except _CorruptRecord as err:
+            err.consumed = consumed
+            raise
         finally:
-            self._roff = off
-            self._read_pos = base + off
-            taken = len(out) - start_count + skipped
-            self.depth = max(self.depth - taken, 0)
-            self._count_ops(taken)
+            self._read_done(off, base, consumed)
+        return consumed
+
+    def _read_raw(self, pieces: list[bytes], want: int, end: int) -> int:
+        """Up to `want` whole records of the read file (before `end`), undecoded, appended to
+        `pieces` as contiguous runs; returns how many."""
+        buf, off, base = self._rbuf, self._roff, self._rbuf_pos
+        unpack = _LENGTH.unpack_from
+        lo, hi = self.min_msg_size, self.max_msg_size
+        run_start = off
+        consumed = 0
+        try:
+            while consumed < want and base + off < end:
+                if off + 4 > len(buf):
+                    if off > run_start:
+                        pieces.append(buf[run_start:off])
+                        run_start = off
+                    buf, _, off, base = self._refill(off, 4, end)
+                    run_start = off
+                length = unpack(buf, off)[0]
+                if length < lo or length > hi:
+                    raise _CorruptRecord(f"invalid message read size ({length})")
+                stop = off + 4 + length
+                if stop > len(buf):
+                    if off > run_start:
+                        pieces.append(buf[run_start:off])
+                        run_start = off
+                    buf, _, off, base = self._refill(off, 4 + length, end)
+                    run_start = off
+                    stop = off + 4 + length
+                off = stop
+                consumed += 1
+        except _CorruptRecord as err:
+            err.consumed = consumed
+            raise
+        finally:
+            if off > run_start:
+                pieces.append(buf[run_start:off])
+            self._read_done(off, base, consumed)
+        return consumed
+
+    def _read_done(self, off: int, base: int, consumed: int) -> None:
+        self._roff = off
+        self._read_pos = base + off
+        self.depth = max(self.depth - consumed, 0)
+        self._count_ops(consumed)
 
     def _refill(self, off: int, need: int, end: int) -> tuple[bytes, memoryview, int, int]:
         """Read on so that `need` bytes from offset `off` of the buffer are buffered; a segment
@@ -608,6 +705,21 @@ class DiskQueue:
         except OSError:
             self.sync_failed()
             raise
+
+
+def frames_from_records(pieces: list[bytes]) -> list[bytes]:
+    """Decode `take_records` output into message frames."""
+    frames = []
+    for piece in pieces:
+        view = memoryview(piece)
+        i = 0
+        while i < len(piece):
+            length = _LENGTH.unpack_from(piece, i)[0]
+            frames.append(
+                _FRAME_HEADER.pack(length + 4, _FRAME_TYPE_MESSAGE) + view[i + 4 : i + 4 + length]
+            )
+            i += 4 + length
+    return frames
 
 
 def _close_all(fds: list[int]) -> None:

@@ -45,6 +45,13 @@ class Backend(Protocol):
         """Remove and return up to `max_count` messages, oldest first."""
         ...
 
+    def put_records(self, pieces: list[bytes], count: int) -> None:
+        """Append records taken undecoded from a topic's disk queue (`take_records`)."""
+
+    def take_records(self, max_count: int) -> tuple[list[bytes], int]:
+        """Up to `max_count` messages as undecoded disk-queue records, and their count."""
+        ...
+
     def release(self, message_id: bytes) -> None:
         """A message `take` handed out is finished (it need not survive a crash any more)."""
 
@@ -110,14 +117,25 @@ class DiskBackend(DiskQueue):
     def put_many(self, frames: list[bytes]) -> None:
         try:
             super().put_many(frames)
-        except OSError as err:
-            reason = f"failed to write to disk - {err.strerror or err}"
-            self._nsqd.health = f"NOK - {reason}"
-            raise BackendError(reason) from err
-        except DiskQueueError as err:
-            raise BackendError(str(err)) from err
+        except (OSError, DiskQueueError) as err:
+            raise self._failed(err) from err
         if self._nsqd.health != "OK":
             self._nsqd.health = "OK"
+
+    def put_records(self, pieces: list[bytes], count: int) -> None:
+        try:
+            super().put_records(pieces, count)
+        except (OSError, DiskQueueError) as err:
+            raise self._failed(err) from err
+        if self._nsqd.health != "OK":
+            self._nsqd.health = "OK"
+
+    def _failed(self, err: OSError | DiskQueueError) -> BackendError:
+        if isinstance(err, DiskQueueError):
+            return BackendError(str(err))
+        reason = f"failed to write to disk - {err.strerror or err}"
+        self._nsqd.health = f"NOK - {reason}"
+        return BackendError(reason)
 
     def put(self, frame: bytes) -> None:
         self.put_many([frame])
@@ -139,6 +157,12 @@ class DiscardBackend:
 
     def take(self, max_count: int) -> list[bytes]:
         return []
+
+    def put_records(self, pieces: list[bytes], count: int) -> None:
+        pass
+
+    def take_records(self, max_count: int) -> tuple[list[bytes], int]:
+        return [], 0
 
     def release(self, message_id: bytes) -> None:
         pass

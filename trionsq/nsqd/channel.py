@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..diskqueue import frames_from_records
 from ..protocol.message import framed_id, with_attempts
 from .backend import Backend, BackendError, queue_with_overflow, save_at_exit
 from .client_v2 import ClientV2, InFlight
@@ -104,6 +105,26 @@ class Channel:
         """Queue messages from the topic pump (counted in message_count)."""
         self.message_count += len(frames)
         queue_with_overflow(self.memory, self.mem_limit, self.backend, frames, spill=True)
+
+    @property
+    def memory_room(self) -> int:
+        """How many more messages the memory queue takes (--mem-queue-size)."""
+        return self.mem_limit - len(self.memory)
+
+    @property
+    def takes_records(self) -> bool:
+        """Whether messages from the topic go straight to the backend (memory queue full, as
+        always with --mem-queue-size=0), so they can be moved undecoded (`put_records`)."""
+        return len(self.memory) >= self.mem_limit
+
+    def put_records(self, pieces: list[bytes], count: int) -> None:
+        """Queue messages moved undecoded from the topic's disk queue (counted in
+        message_count); if the disk refuses them they are kept in memory."""
+        self.message_count += count
+        try:
+            self.backend.put_records(pieces, count)
+        except BackendError:
+            self.memory.extend(frames_from_records(pieces))
 
     def defer(self, frame: bytes, delay: float) -> None:
         due = trio.current_time() + delay

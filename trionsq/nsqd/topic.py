@@ -121,11 +121,27 @@ class Topic:
                     channel.message_count += 1
                     channel.defer(frame, delay)
         memory = self.memory
-        if len(memory) <= PUMP_BATCH:
+        backend = self.backend
+        batch = PUMP_BATCH
+        if not memory and backend.depth and not backend.deferred_due:
+            room = min(channel.memory_room for channel in channels)
+            if room <= 0 and all(channel.takes_records for channel in channels):
+                # Disk to disk: move the records without decoding them.
+                pieces, count = backend.take_records(PUMP_BATCH)
+                for channel in channels:
+                    channel.put_records(pieces, count)
+                for channel in channels:
+                    channel.dispatch()
+                return backend.depth > 0
+            if room > 0:
+                # Decode only what the channels' memory queues take; the rest moves
+                # undecoded on the next pass.
+                batch = min(room, PUMP_BATCH)
+        if len(memory) <= batch:
             frames = list(memory)
             memory.clear()
-            if len(frames) < PUMP_BATCH and self.backend.depth:
-                taken = self.backend.take(PUMP_BATCH - len(frames))
+            if len(frames) < batch and self.backend.depth:
+                taken = self.backend.take(batch - len(frames))
                 if self.backend.deferred_due:
                     taken = self._restore_deferred(taken, channels)
                 frames += taken
