@@ -7,7 +7,7 @@ the process with SIGKILL at a random moment, restarts it on the same data direct
 consumes everything. Every acknowledged message must have been finished before the kill or be
 delivered after the restart (duplicates are allowed: delivery is at least once).
 
-    ./test tests/integration/test_nsqd_crash.py --crash-trials 50   # the long version
+    bench/crash-trials 50     # the long version (or: pytest ... --crash-trials 50)
 """
 
 from __future__ import annotations

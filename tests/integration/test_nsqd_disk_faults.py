@@ -1,0 +1,129 @@
+"""Disk faults on a real filesystem: a small tmpfs as nsqd's data path, filled up, then freed;
+and remounted read-only. Needs permission to mount (root with CAP_SYS_ADMIN); skipped
+otherwise (tests/integration/test_nsqd_durability.py injects the same faults in process).
+
+What must hold: a publish the disk refuses answers E_PUB_FAILED (HTTP 503 EXITING, as Go), /ping
+answers 500 with the health text, messages accepted before are still delivered, and nsqd
+recovers when space returns."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conformance.nsq_conn import NSQConn
+from trionsq.testing import DaemonProcess
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(path: Path) -> Path:
+    """Take every free byte of the filesystem with one file."""
+    filler = path / "filler"
+    with open(filler, "wb") as f:
+        chunk = b"\0" * 65536
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def http_client(daemon: DaemonProcess) -> httpx.Client:
+    host, port = daemon.http_address  # type: ignore[misc]
+    return httpx.Client(base_url=f"http://{host}:{port}")
+
+
+def test_a_full_disk_refuses_publishes_keeps_what_it_accepted_and_recovers(
+    small_disk: Path,
+) -> None:
+    topic = f"full-{uuid.uuid4().hex[:8]}"
+    args = ["--mem-queue-size=0"]
+    with DaemonProcess("nsqd", args=args, data_path=str(small_disk)) as daemon:
+        http = http_client(daemon)
+        assert http.post(f"/channel/create?topic={topic}&channel=c").status_code == 404
+        assert http.post(f"/topic/create?topic={topic}").status_code == 200
+        assert http.post(f"/channel/create?topic={topic}&channel=c").status_code == 200
+        with NSQConn(daemon.tcp_address) as producer:
+            for i in range(20):
+                producer.pub(topic, b"accepted %d" % i)
+        filler = fill(small_disk)
+
+        with NSQConn(daemon.tcp_address) as producer:
+            producer.send(
+                b"PUB " + topic.encode() + b"\n" + (5000).to_bytes(4, "big") + b"x" * 5000
+            )
+            producer.expect_fatal(
+                "E_PUB_FAILED", "PUB failed failed to write to disk - No space left on device"
+            )
+        refused = http.post(f"/pub?topic={topic}", content=b"y" * 5000)
+        assert (refused.status_code, refused.json()) == (503, {"message": "EXITING"})
+        ping = http.get("/ping")
+        assert ping.status_code == 500
+        assert ping.text == "NOK - failed to write to disk - No space left on device"
+
+        with NSQConn(daemon.tcp_address) as consumer:
+            consumer.sub(topic, "c")
+            consumer.rdy(100)
+            messages = consumer.read_messages(20)
+            for message in messages:
+                consumer.fin(message.id)
+            bodies = sorted(bytes(m.body) for m in messages)
+        assert bodies == sorted(b"accepted %d" % i for i in range(20))
+
+        os.remove(filler)
+        assert http.post(f"/pub?topic={topic}", content=b"after").status_code == 200
+        assert (http.get("/ping").status_code, http.get("/ping").text) == (200, "OK")
+        assert daemon.terminate() == 0
+
+
+def test_a_read_only_data_path_refuses_publishes_and_serves_reads(small_disk: Path) -> None:
+    topic = f"ro-{uuid.uuid4().hex[:8]}"
+    with DaemonProcess("nsqd", args=["--mem-queue-size=0"], data_path=str(small_disk)) as daemon:
+        http = http_client(daemon)
+        assert http.post(f"/pub?topic={topic}", content=b"before").status_code == 200
+        assert daemon.terminate() == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    try:
+        with DaemonProcess(
+            "nsqd", args=["--mem-queue-size=0"], data_path=str(small_disk)
+        ) as daemon:
+            http = http_client(daemon)
+            refused = http.post(f"/pub?topic={topic}", content=b"refused")
+            assert (refused.status_code, refused.json()) == (503, {"message": "EXITING"})
+            ping = http.get("/ping")
+            assert ping.status_code == 500
+            assert ping.text == "NOK - failed to write to disk - Read-only file system"
+            with NSQConn(daemon.tcp_address) as consumer:
+                consumer.sub(topic, "c")
+                consumer.rdy(10)
+                message = consumer.read_message()
+                assert bytes(message.body) == b"before"
+                consumer.fin(message.id)
+                consumer.nop()
+            assert daemon.terminate() == 0
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
