@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import deque
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..diskqueue import DiskQueue, DiskQueueError
-from ..protocol.message import MESSAGE_HEADER_SIZE
+from ..protocol.message import MESSAGE_HEADER_SIZE, framed_id
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -85,6 +86,25 @@ def queue_with_overflow(
         memory.extend(overflow)
     if room > 0:
         memory.extend(frames[:room])
+
+
+def restore_deferred(
+    backend: Backend, frames: list[bytes]
+) -> tuple[list[bytes], list[tuple[bytes, float]]]:
+    """Split frames read back from `backend` into those due now and (frame, seconds to wait)
+    for messages that were deferred when nsqd last stopped (their due times were saved
+    beside the queue): beyond NSQ, whose restart delivers them at once."""
+    due_times = backend.deferred_due
+    now = time.time_ns()
+    due_now: list[bytes] = []
+    later: list[tuple[bytes, float]] = []
+    for frame in frames:
+        due = due_times.pop(framed_id(frame), None)
+        if due is None or due <= now:
+            due_now.append(frame)
+        else:
+            later.append((frame, (due - now) / 1e9))
+    return due_now, later
 
 
 def save_at_exit(backend: Backend, frames: list[bytes], owner: str) -> None:

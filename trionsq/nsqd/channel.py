@@ -22,7 +22,13 @@ import trio
 
 from ..diskqueue import frames_from_records
 from ..protocol.message import framed_id, with_attempts
-from .backend import Backend, BackendError, queue_with_overflow, save_at_exit
+from .backend import (
+    Backend,
+    BackendError,
+    queue_with_overflow,
+    restore_deferred,
+    save_at_exit,
+)
 from .client_v2 import ClientV2, InFlight
 from .e2e_latency import E2ELatency
 from .e2e_latency import for_options as e2e_latency_for_options
@@ -148,17 +154,11 @@ class Channel:
         return [popleft() for _ in range(count)]
 
     def _restore_deferred(self, frames: list[bytes]) -> list[bytes]:
-        """Messages that were deferred when nsqd last stopped: defer them again until their
-        due time (beyond NSQ, whose restart delivers them at once); return the others."""
-        due_times = self.backend.deferred_due
-        now = time.time_ns()
-        due_now = []
-        for frame in frames:
-            due = due_times.pop(framed_id(frame), None)
-            if due is None or due <= now:
-                due_now.append(frame)
-            else:
-                self.defer(frame, (due - now) / 1e9)
+        """Defer again the messages that were deferred when nsqd last stopped; return the
+        others."""
+        due_now, later = restore_deferred(self.backend, frames)
+        for frame, delay in later:
+            self.defer(frame, delay)
         return due_now
 
     # -- delivery -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.guid import GUIDFactory
 from ..protocol.message import framed_id
 from ..protocol.names import is_ephemeral
-from .backend import Backend, queue_with_overflow, save_at_exit
+from .backend import Backend, queue_with_overflow, restore_deferred, save_at_exit
 from .channel import Channel
 from .wakeup import Wakeup
 
@@ -156,19 +156,13 @@ class Topic:
         return bool(memory) or self.backend.depth > 0
 
     def _restore_deferred(self, frames: list[bytes], channels: list[Channel]) -> list[bytes]:
-        """DPUB messages saved at shutdown before reaching the channels: defer them again
-        until their due time; return the others."""
-        due_times = self.backend.deferred_due
-        now = time.time_ns()
-        due_now = []
-        for frame in frames:
-            due = due_times.pop(framed_id(frame), None)
-            if due is None or due <= now:
-                due_now.append(frame)
-                continue
+        """DPUB messages saved at shutdown before reaching the channels: defer them in every
+        channel until their due time; return the others."""
+        due_now, later = restore_deferred(self.backend, frames)
+        for frame, delay in later:
             for channel in channels:
                 channel.message_count += 1
-                channel.defer(frame, (due - now) / 1e9)
+                channel.defer(frame, delay)
         return due_now
 
     # -- channels -------------------------------------------------------------------------
