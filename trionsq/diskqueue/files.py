@@ -14,6 +14,9 @@ import random
 import re
 from dataclasses import dataclass
 
+# Our own generator for temp-file names: the global one belongs to whoever seeds it (Hypothesis
+# does, and warns when code under test draws from it).
+_tmp_names = random.Random()
 _METADATA = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n")
 
 
@@ -70,7 +73,7 @@ def read_metadata(path: str) -> Metadata | None:
 def write_file_atomically(path: str, data: bytes) -> None:
     """Write `data` to ``path.<rand>.tmp``, fsync it and rename it over `path`, as Go's
     nsqd and go-diskqueue do (a crash leaves the old or the new file, never a mix)."""
-    tmp = f"{path}.{random.getrandbits(62)}.tmp"
+    tmp = f"{path}.{_tmp_names.getrandbits(62)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
