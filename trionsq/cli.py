@@ -1,18 +1,19 @@
 """The `trionsq` command: `trionsq <daemon-or-app> [NSQ-compatible flags]`, dispatching to nsqd,
-the bench tool and (later) the other NSQ programs, with Go's exit codes and one-line errors."""
+nsqlookupd, the bench tool and (later) the other NSQ programs, with Go's exit codes and one-line
+errors."""
 
 from __future__ import annotations
 
-import platform
 import sys
 from collections.abc import Callable, Sequence
 
 import trionsq
+from trionsq.version import version_string
 
 __all__ = ["main", "version_string"]
 
 #: Programs named on the roadmap but not built yet.
-PLANNED = ("nsqlookupd", "nsqadmin", "nsq_tail", "tail", "to_file", "to_http", "to_nsq", "stat")
+PLANNED = ("nsqadmin", "nsq_tail", "tail", "to_file", "to_http", "to_nsq", "stat")
 
 _USAGE = """\
 usage: trionsq <command> [flags]
@@ -21,17 +22,10 @@ NSQ {nsq} rewritten in Python on Trio (trionsq {ours}); flags and config files a
 
 commands:
   nsqd         the queue daemon (trionsq nsqd --help for its flags)
+  nsqlookupd   the directory service nsqds register with (also: lookupd)
   bench        throughput / latency / memory benchmarks
-  nsqlookupd, nsqadmin, nsq_tail, to_file, to_http, to_nsq, stat   (not built yet)
+  nsqadmin, nsq_tail, to_file, to_http, to_nsq, stat   (not built yet)
 """
-
-
-def version_string(app: str) -> str:
-    """Go's ``version.String(app)`` with trionsq in place of the Go toolchain."""
-    return (
-        f"{app} v{trionsq.NSQ_VERSION} "
-        f"(built w/trionsq {trionsq.__version__}, python {platform.python_version()})"
-    )
 
 
 def _err(message: str) -> None:
@@ -70,13 +64,53 @@ def _nsqd(argv: Sequence[str]) -> int:
         return 130
 
 
+def _nsqlookupd(argv: Sequence[str], command: str = "nsqlookupd") -> int:
+    from trionsq.logs import setup_logging
+    from trionsq.nsqlookupd.options import parse_nsqlookupd_args
+    from trionsq.options import FlagError, HelpRequested, ValidationError
+
+    try:
+        options = parse_nsqlookupd_args(argv)
+    except HelpRequested as help_:
+        sys.stderr.write(help_.usage)
+        return 0
+    except FlagError as exc:
+        _err(f"trionsq {command}: {exc}")
+        return 2
+    if options.version:
+        print(version_string("nsqlookupd"))
+        return 0
+    try:
+        options.validate()
+    except ValidationError as exc:
+        _err(f"trionsq {command}: {exc}")
+        return 1
+    setup_logging("trionsq.nsqlookupd", options.log_prefix, options.log_level)
+
+    from trionsq.nsqlookupd.main import run
+
+    try:
+        return run(options)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _lookupd(argv: Sequence[str]) -> int:
+    return _nsqlookupd(argv, "lookupd")
+
+
 def _bench(argv: Sequence[str]) -> int:
     from trionsq.apps.bench import main as bench_main
 
     return bench_main(list(argv))
 
 
-_COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"nsqd": _nsqd, "bench": _bench}
+_COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "nsqd": _nsqd,
+    "nsqlookupd": _nsqlookupd,
+    "lookupd": _lookupd,
+    "bench": _bench,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

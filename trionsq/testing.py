@@ -1,7 +1,8 @@
 """Start trionsq daemons as subprocesses on kernel-chosen ports, for tests and benchmarks.
 
-The daemon logs ``TCP: listening on HOST:PORT`` (and ``HTTP: ...``) on stderr, as Go nsqd
-does; `DaemonProcess` reads those lines to learn its addresses.
+The daemon logs ``TCP: listening on HOST:PORT`` (and ``HTTP: ...``) on stderr, as Go nsqd and
+nsqlookupd do; `DaemonProcess` reads those lines to learn its addresses. nsqd gets a temporary
+data path, nsqlookupd ``--broadcast-address=127.0.0.1`` unless the arguments name one.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class DaemonProcess:
                 "--http-address=127.0.0.1:0",
                 f"--data-path={data_path}",
             ]
+        elif daemon in ("nsqlookupd", "lookupd"):
+            argv += ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"]
+            if not any(_is_flag(arg, "broadcast-address") for arg in args):
+                argv.append("--broadcast-address=127.0.0.1")
         argv += list(args)
         self.argv = argv
         self.data_path = data_path
@@ -122,6 +127,11 @@ class DaemonProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _is_flag(arg: str, name: str) -> bool:
+    """True when `arg` is Go flag `name` (``-name``/``--name``, with or without ``=value``)."""
+    return arg.lstrip("-").split("=", 1)[0] == name and arg.startswith("-")
 
 
 def pythonpath_env() -> dict[str, str]:

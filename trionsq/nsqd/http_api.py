@@ -3,27 +3,36 @@
 Routes, parameters, status codes and bodies are Go nsqd's: every response carries
 ``X-NSQ-Content-Type: nsq; version=1.0``; a string answers as text, a value as JSON, an error
 as ``{"message": "<TEXT>"}`` with its status. Parameters come from the query string only, parsed
-as Go's url.ParseQuery does (a malformed query is 400 INVALID_REQUEST).
+as Go's url.ParseQuery does (a malformed query is 400 INVALID_REQUEST). The plumbing shared with
+the other daemons' APIs is `trionsq.http_common`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 import socket
 import struct
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_plus
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
-from quart import Response, g, request
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from .. import NSQ_VERSION
+from ..http_common import (
+    HTTPError,
+    content_length,
+    first,
+    new_app,
+    plain_text,
+    query,
+    read_body,
+    serve_app,
+    v1_route,
+)
 from ..logs import parse_log_level, set_log_level
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
@@ -39,124 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trionsq.nsqd")
 
-NSQ_CONTENT_TYPE = ("X-NSQ-Content-Type", "nsq; version=1.0")
-JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
-
-
-class HTTPError(Exception):
-    """An answer other than 200: the status and NSQ's message text."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-# -- responses ------------------------------------------------------------------------------
-
-
-def respond(data: Any = None, status: int = 200) -> Response:
-    """Go's RespondV1: text for str/bytes, empty for None, JSON for anything else; an error is
-    JSON ``{"message": ...}`` with its status."""
-    headers = {NSQ_CONTENT_TYPE[0]: NSQ_CONTENT_TYPE[1]}
-    body: bytes | str
-    if status != 200:
-        body = _go_json({"message": str(data)})
-        headers["Content-Type"] = JSON_CONTENT_TYPE
-    elif data is None:
-        body = b""
-    elif isinstance(data, str | bytes):
-        body = data
-        # What Go's net/http sniffs for a text answer.
-        headers["Content-Type"] = "text/plain; charset=utf-8"
-    else:
-        body = _go_json(data)
-        headers["Content-Type"] = JSON_CONTENT_TYPE
-    response = Response(body, status=status, headers=headers)
-    if data is None and status == 200:
-        del response.headers["Content-Type"]
-    return response
-
-
-def _go_json(value: Any) -> str:
-    """JSON as Go's encoding/json writes it: compact, with <, > and & escaped."""
-    text = json.dumps(value, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-# -- query parameters -----------------------------------------------------------------------
-
-_BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
-
-
-def parse_query(raw: bytes) -> dict[str, list[str]]:
-    """Go's url.ParseQuery: ``&``-separated, ``+`` is a space, a bad ``%`` escape or a ``;``
-    is an error (400 INVALID_REQUEST)."""
-    params: dict[str, list[str]] = {}
-    for part in raw.split(b"&"):
-        if not part:
-            continue
-        if b";" in part or _BAD_ESCAPE.search(part):
-            raise HTTPError(400, "INVALID_REQUEST")
-        key, _, value = part.partition(b"=")
-        name = unquote_plus(key.decode("latin-1"), encoding="utf-8", errors="replace")
-        params.setdefault(name, []).append(
-            unquote_plus(value.decode("latin-1"), encoding="utf-8", errors="replace")
-        )
-    return params
-
-
-def query() -> dict[str, list[str]]:
-    return parse_query(request.query_string)
-
-
-def first(params: dict[str, list[str]], name: str) -> str | None:
-    values = params.get(name)
-    return values[0] if values else None
-
-
-# -- reading bodies -------------------------------------------------------------------------
-
-
-async def read_body(limit: int) -> bytes | None:
-    """The request body, or None when it is longer than `limit` (read no further than that)."""
-    data = bytearray()
-    async for chunk in request.body:
-        data += chunk
-        g.body_bytes_read = len(data)
-        if len(data) > limit:
-            return None
-    g.body_done = True
-    return bytes(data)
-
-
-#: Go's net/http maxPostHandlerReadBytes: how much unread body it discards after a handler.
-MAX_DISCARD = 256 * 1024
-
-
-async def discard_body(response: Response) -> Response:
-    """Go's net/http after a handler: discard what is left of the request body (up to 256 KiB)
-    so the connection can take the next request; with more left, close it after the answer.
-    (Answering before hypercorn has seen the body's end leaves a keep-alive connection stuck.)"""
-    if g.get("body_done"):
-        return response
-    length = request.content_length
-    if length is not None and length - g.get("body_bytes_read", 0) > MAX_DISCARD:
-        response.headers["Connection"] = "close"
-        return response
-    seen = 0
-    async for chunk in request.body:
-        seen += len(chunk)
-        if seen > MAX_DISCARD:
-            response.headers["Connection"] = "close"
-            break
-    return response
-
-
-def content_length() -> int:
-    length = request.content_length
-    return -1 if length is None else length
 
 
 # -- topic and channel lookups --------------------------------------------------------------
@@ -204,42 +96,12 @@ def existing_topic(nsqd: NSQD, params: dict[str, list[str]], validate: bool) -> 
 
 # -- the app --------------------------------------------------------------------------------
 
-Handler = Callable[[], Awaitable[Any]]
-
 
 def create_app(nsqd: NSQD) -> QuartTrio:
     """The HTTP API of `nsqd` as a quart-trio app."""
-    app = QuartTrio("trionsq.nsqd")
-    app.config["MAX_CONTENT_LENGTH"] = None  # limits are nsqd's, checked per route
-    app.after_request(discard_body)
+    app = new_app("trionsq.nsqd", log)
     opts = nsqd.options
-
-    def route(path: str, methods: list[str]) -> Callable[[Handler], Handler]:
-        def register(handler: Handler) -> Handler:
-            async def endpoint(**kwargs: Any) -> Response:
-                try:
-                    return respond(await handler(**kwargs))
-                except HTTPError as err:
-                    return respond(err.message, err.status)
-
-            endpoint.__name__ = handler.__name__
-            app.add_url_rule(path, view_func=endpoint, methods=methods)
-            return handler
-
-        return register
-
-    @app.errorhandler(404)
-    async def not_found(_: Exception) -> Response:
-        return respond("NOT_FOUND", 404)
-
-    @app.errorhandler(405)
-    async def method_not_allowed(_: Exception) -> Response:
-        return respond("METHOD_NOT_ALLOWED", 405)
-
-    @app.errorhandler(Exception)
-    async def internal_error(err: Exception) -> Response:
-        log.exception("HTTP: internal error - %s", err)
-        return respond("INTERNAL_ERROR", 500)
+    route = functools.partial(v1_route, app)
 
     @app.route("/ping", methods=["GET"])
     async def ping() -> Response:
@@ -247,9 +109,7 @@ def create_app(nsqd: NSQD) -> QuartTrio:
         # unhealthy the health text itself with status 500.
         health = nsqd.health
         status = 200 if health == "OK" else 500
-        return Response(
-            health, status=status, headers={"Content-Type": "text/plain; charset=utf-8"}
-        )
+        return plain_text(health, status)
 
     @route("/info", ["GET"])
     async def info() -> dict[str, Any]:
@@ -469,6 +329,7 @@ def _set_config(nsqd: NSQD, opt: str, body: bytes) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise HTTPError(400, "INVALID_VALUE")
         opts.nsqlookupd_tcp_addresses = value
+        nsqd.lookup.set_addresses(value)
     elif opt == "log_level":
         try:
             level = parse_log_level(body.decode("utf-8"))
@@ -484,26 +345,4 @@ async def serve_http(
     nsqd: NSQD, address: str, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve the API on `address` until cancelled; `task_status.started` gets the bound URLs."""
-    config = Config()
-    config.bind = [address]
-    config.errorlog = None
-    config.accesslog = None
-    config.graceful_timeout = 0
-    app = _shield_sends(create_app(nsqd))
-    await serve(app, config, task_status=task_status)
-
-
-def _shield_sends(app: QuartTrio) -> Callable[..., Awaitable[None]]:
-    """The app with its ASGI send() shielded from cancellation. Hypercorn closes a
-    ``Connection: close`` (or HTTP/1.0) connection from inside the app's last send(), after
-    telling the app the client is gone; quart-trio then cancels the request task, cancelling
-    the close too, and the connection stayed open (a client reading to EOF hung)."""
-
-    async def asgi(scope: Any, receive: Any, send: Any) -> None:
-        async def shielded_send(message: Any) -> None:
-            with trio.CancelScope(shield=True):
-                await send(message)
-
-        await app(scope, receive, shielded_send)
-
-    return asgi
+    await serve_app(create_app(nsqd), address, task_status=task_status)
