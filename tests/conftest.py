@@ -1,5 +1,6 @@
 """Options shared by the whole suite, registered at its root so that
-`pytest tests --nsqd-tcp-address=...` works as well as `pytest tests/conformance ...`."""
+`pytest tests --nsqd-tcp-address=...` works as well as `pytest tests/conformance ...`
+(likewise `--nsqlookupd-tcp-address` / `--nsqlookupd-http-address`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--nsqd-http-address",
         default=None,
         help="HOST:PORT of that nsqd's HTTP API (tests that need it skip without it)",
+    )
+    group.addoption(
+        "--nsqlookupd-tcp-address",
+        default=None,
+        help="HOST:PORT of the nsqlookupd to test (default: start trionsq nsqlookupd "
+        "unless --nsqlookupd-http-address is given)",
+    )
+    group.addoption(
+        "--nsqlookupd-http-address",
+        default=None,
+        help="HOST:PORT of that nsqlookupd's HTTP API (tests that need it skip without it)",
     )
     stateful = parser.getgroup("stateful tests")
     stateful.addoption(

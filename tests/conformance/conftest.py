@@ -1,22 +1,28 @@
-"""Conformance suite fixtures: the nsqd under test (given by address, or one we start) and
-connections to it.
+"""Conformance suite fixtures: the nsqd and the nsqlookupd under test (given by address,
+or one we start) and connections to them.
 
     pytest tests/conformance                                   # starts trionsq nsqd
     pytest tests/conformance --nsqd-tcp-address=127.0.0.1:4150  # any nsqd (e.g. Go's)
+    pytest tests/conformance -k lookupd \
+        --nsqlookupd-tcp-address=127.0.0.1:4160 --nsqlookupd-http-address=127.0.0.1:4161
 
-The environment variables NSQD_TCP_ADDRESS / NSQD_HTTP_ADDRESS work as fallbacks.
+The environment variables NSQD_TCP_ADDRESS / NSQD_HTTP_ADDRESS and NSQLOOKUPD_TCP_ADDRESS /
+NSQLOOKUPD_HTTP_ADDRESS work as fallbacks. Each daemon is started only when a test needs it.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
+from .lookupd_conn import MAGIC_V1, LookupdConn, peer_info
 from .nsq_conn import NSQConn
 
 
@@ -124,3 +130,128 @@ def topic() -> str:
 @pytest.fixture
 def channel() -> str:
     return unique_name("conf_c")
+
+
+# -- nsqlookupd -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LookupdAddresses:
+    """Where the nsqlookupd under test listens; `started_here` when the suite started it
+    (with ``--broadcast-address=127.0.0.1`` on this machine)."""
+
+    tcp: tuple[str, int] | None
+    http: tuple[str, int] | None
+    started_here: bool
+
+
+@pytest.fixture(scope="session")
+def lookupd_addresses(pytestconfig: pytest.Config) -> Iterator[LookupdAddresses]:
+    """The nsqlookupd under test: the addresses given (either may be missing), or a
+    `trionsq nsqlookupd` started for the session when neither is."""
+    tcp = _option(pytestconfig, "nsqlookupd_tcp_address", "NSQLOOKUPD_TCP_ADDRESS")
+    http = _option(pytestconfig, "nsqlookupd_http_address", "NSQLOOKUPD_HTTP_ADDRESS")
+    if tcp or http:
+        yield LookupdAddresses(
+            _parse(tcp) if tcp else None, _parse(http) if http else None, started_here=False
+        )
+        return
+    from trionsq.testing import DaemonProcess
+
+    with DaemonProcess("nsqlookupd") as daemon:
+        deadline = time.monotonic() + 5.0
+        while daemon.http_address is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        yield LookupdAddresses(daemon.tcp_address, daemon.http_address, started_here=True)
+
+
+@pytest.fixture
+def lookupd_tcp(lookupd_addresses: LookupdAddresses) -> tuple[str, int]:
+    """nsqlookupd's TCP address; the test is skipped when none is known."""
+    if lookupd_addresses.tcp is None:
+        pytest.skip("no nsqlookupd TCP address (use --nsqlookupd-tcp-address)")
+    return lookupd_addresses.tcp
+
+
+@pytest.fixture
+def lookupd_http(lookupd_addresses: LookupdAddresses) -> tuple[str, int]:
+    """nsqlookupd's HTTP address; the test is skipped when none is known."""
+    if lookupd_addresses.http is None:
+        pytest.skip("no nsqlookupd HTTP address (use --nsqlookupd-http-address)")
+    return lookupd_addresses.http
+
+
+@pytest.fixture(scope="session")
+def _lookupd_http_client(lookupd_addresses: LookupdAddresses) -> Iterator[httpx.Client | None]:
+    if lookupd_addresses.http is None:
+        yield None
+        return
+    host, port = lookupd_addresses.http
+    base_url = f"http://{host}:{port}"
+    with httpx.Client(base_url=base_url, timeout=10.0, trust_env=False) as client:
+        yield client
+
+
+@pytest.fixture
+def lookupd_api(
+    lookupd_http: tuple[str, int], _lookupd_http_client: httpx.Client | None
+) -> httpx.Client:
+    """A session-wide keep-alive HTTP client for nsqlookupd (skipped without HTTP)."""
+    assert _lookupd_http_client is not None
+    return _lookupd_http_client
+
+
+NewTopic = Callable[..., str]
+
+
+@pytest.fixture
+def new_topic(
+    lookupd_addresses: LookupdAddresses, _lookupd_http_client: httpx.Client | None
+) -> Iterator[NewTopic]:
+    """`new_topic(suffix="")` is a fresh topic name (``suffix`` e.g. ``"#ephemeral"``).
+    Every name handed out is deleted from nsqlookupd afterwards over HTTP (when known), so
+    the shared daemon keeps no keys from finished tests."""
+    names: list[str] = []
+
+    def _new(suffix: str = "") -> str:
+        name = unique_name("conf_lt") + suffix
+        names.append(name)
+        return name
+
+    yield _new
+    if _lookupd_http_client is not None:
+        for name in names:
+            _lookupd_http_client.post("/topic/delete", params={"topic": name})
+
+
+LookupdConnect = Callable[..., LookupdConn]
+
+
+@pytest.fixture
+def lookupd_connect(lookupd_tcp: tuple[str, int]) -> Iterator[LookupdConnect]:
+    """`lookupd_connect(magic=b"  V1")` opens a V1 connection (magic sent unless None);
+    all are closed after the test."""
+    conns: list[LookupdConn] = []
+
+    def _connect(*, magic: bytes | None = MAGIC_V1) -> LookupdConn:
+        conn = LookupdConn(lookupd_tcp, magic=magic)
+        conns.append(conn)
+        return conn
+
+    yield _connect
+    for conn in conns:
+        conn.close()
+
+
+@pytest.fixture
+def lookupd_producer(lookupd_connect: LookupdConnect) -> LookupdConnect:
+    """`lookupd_producer(**fields)` opens a connection that IDENTIFYs like an nsqd, with
+    `peer_info(**fields)` (unique broadcast_address and hostname), and checks the reply
+    is a JSON object; `conn.peer` is the body sent."""
+
+    def _producer(**fields: Any) -> LookupdConn:
+        conn = lookupd_connect()
+        conn.identify_as(peer_info(**fields))
+        return conn
+
+    return _producer
