@@ -6,6 +6,7 @@ NSQD.run()  root nursery
  │                  and the HTTP server (hypercorn)
  ├─ each topic's message pump
  ├─ queue scan loop (in-flight timeouts, deferred messages)
+ ├─ one lookup peer per nsqlookupd (REGISTER/UNREGISTER, PING)
  ├─ disk syncer (fsync and disk-queue metadata, in a worker thread)
  ├─ nsqd.dat writer
  └─ statsd loop (with --statsd-address)
@@ -41,6 +42,7 @@ from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, DiskBackend
 from .client_v2 import ClientV2
 from .http_api import serve_http
+from .lookup import LookupPeers, register, unregister
 from .options import NSQDOptions
 from .protocol_v2 import handle_connection
 from .stats import snapshot
@@ -98,6 +100,7 @@ class NSQD:
             run_blocking,
         )
         self._loading = False
+        self.lookup = LookupPeers(self)
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -119,12 +122,39 @@ class NSQD:
             self._nursery.start_soon(topic.pump, name=f"topic-pump:{name}")
             if not ephemeral:
                 self.persist_metadata()
+            self.lookup.notify(register(name))
+            if not self._loading:
+                self._precreate_channels(topic)
         return topic
+
+    def _precreate_channels(self, topic: Topic) -> None:
+        """NSQ's guard against losing a new topic's first messages: when lookupds are
+        connected, ask them for the topic's channels and create those before the topic's
+        pump delivers anything (the topic accepts messages meanwhile)."""
+        if self.lookup.http_addresses:
+            topic.started = False
+            assert self._nursery is not None
+            self._nursery.start_soon(self._start_after_lookup, topic)
+        elif self.options.nsqlookupd_tcp_addresses:
+            log.error(
+                "no available nsqlookupd to query for channels to pre-create for topic %s",
+                topic.name,
+            )
+
+    async def _start_after_lookup(self, topic: Topic) -> None:
+        try:
+            names = await self.lookup.channels_for(topic.name)
+            if not topic.exiting:
+                for name in names:
+                    topic.get_channel(name)
+        finally:
+            topic.start()
 
     def delete_topic(self, name: str) -> None:
         topic = self.topics.pop(name, None)
         if topic is not None:
             log.info("TOPIC(%s): deleting", name)
+            self.lookup.notify(unregister(name))
             topic.delete()
             topic.wake.set()
             if not topic.ephemeral:
@@ -187,7 +217,7 @@ class NSQD:
     # -- running --------------------------------------------------------------------------
 
     def _check_unbuilt_features(self) -> None:
-        """Refuse options whose absence would weaken security; warn about the others."""
+        """Refuse options whose absence would weaken security."""
         opts = self.options
         if opts.tls_cert or opts.tls_key or opts.tls_required != "false":
             raise StartupError(
@@ -195,12 +225,6 @@ class NSQD:
             )
         if opts.auth_http_addresses:
             raise StartupError("AUTH is not built yet in trionsq (--auth-http-address)")
-        unbuilt = {
-            "--lookupd-tcp-address": opts.nsqlookupd_tcp_addresses,
-        }
-        for flag, value in unbuilt.items():
-            if value:
-                log.warning("%s is not built yet in trionsq: ignored", flag)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
@@ -240,6 +264,7 @@ class NSQD:
                     )
                     if self.options.http_address:
                         await self._start_http(clients)
+                    self.lookup.start(root, self.options.nsqlookupd_tcp_addresses)
                     if self.options.statsd_address:
                         http_port = self.http_address[1] if self.http_address else None
                         await root.start(
@@ -271,6 +296,19 @@ class NSQD:
         host, _, port = urls[0].rpartition(":")
         self.http_address = (host.removeprefix("http://").strip("[]"), int(port))
         log.info("HTTP: listening on %s", _format_address(self.http_address))
+
+    @property
+    def broadcast_tcp_port(self) -> int:
+        """The TCP port lookupd hands out: --broadcast-tcp-port, else the one listened on."""
+        if self.options.broadcast_tcp_port:
+            return self.options.broadcast_tcp_port
+        return self.tcp_address[1] if isinstance(self.tcp_address, tuple) else 0
+
+    @property
+    def broadcast_http_port(self) -> int:
+        if self.options.broadcast_http_port:
+            return self.options.broadcast_http_port
+        return self.http_address[1] if self.http_address else 0
 
     def stats(self) -> dict[str, Any]:
         """The stats snapshot statsd sends (every topic and channel, no clients)."""

@@ -21,6 +21,7 @@ from ..protocol.message import framed_id
 from ..protocol.names import is_ephemeral
 from .backend import Backend, queue_with_overflow, restore_deferred, save_at_exit
 from .channel import Channel
+from .lookup import register, unregister
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class Topic:
         "name",
         "nsqd",
         "paused",
+        "started",
         "wake",
     )
 
@@ -67,6 +69,8 @@ class Topic:
         self.deferred: list[tuple[bytes, float]] = []
         self.channels: dict[str, Channel] = {}
         self.paused = False
+        # False while nsqd asks the lookupds which channels to create first (reference §2.1).
+        self.started = True
         self.exiting = False
         self.message_count = 0
         self.message_bytes = 0
@@ -111,7 +115,7 @@ class Topic:
 
     def pump_once(self) -> bool:
         """Move up to PUMP_BATCH messages to the channels; True if more remain."""
-        if self.paused or not self.channels or self.exiting:
+        if self.paused or not self.channels or self.exiting or not self.started:
             return False
         channels = list(self.channels.values())
         if self.deferred:
@@ -177,6 +181,7 @@ class Topic:
             log.info("TOPIC(%s): new channel(%s)", self.name, name)
             if not ephemeral:
                 self.nsqd.persist_metadata()
+            self.nsqd.lookup.notify(register(self.name, name))
             self.wake.set()
         return channel
 
@@ -188,10 +193,16 @@ class Topic:
         channel.delete()
         if not channel.ephemeral:
             self.nsqd.persist_metadata()
+        self.nsqd.lookup.notify(unregister(self.name, name))
         if self.ephemeral and not self.channels and not self.exiting:
             self.nsqd.delete_topic(self.name)
 
     # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin copying messages to the channels (after the lookupd channel query)."""
+        self.started = True
+        self.wake.set()
 
     def pause(self) -> None:
         """Stop copying messages to the channels; they wait in the topic."""
@@ -225,6 +236,7 @@ class Topic:
         self.exiting = True
         for name in list(self.channels):
             self.channels.pop(name).delete()
+            self.nsqd.lookup.notify(unregister(self.name, name))
         self.memory.clear()
         self.deferred.clear()
         self.backend.delete()
