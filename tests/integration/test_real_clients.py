@@ -173,3 +173,58 @@ def test_gnsq_requeue_comes_back_with_attempts_2(nsqd: DaemonProcess) -> None:
     topic = _topic("gnsq_req")
     check_requeue(run_client("gnsq_client.py", "requeue", nsqd, topic))
     assert leftover_messages(nsqd, topic, MSG_TIMEOUT + 1.5) == []
+
+
+@_needs("nsq")
+def test_pynsq_reader_discovers_every_nsqd_through_nsqlookupd(tmp_path) -> None:
+    topic = _topic("pynsq_lookupd")
+    with DaemonProcess("nsqlookupd", env=pythonpath_env()) as lookupd:
+        lookupd_tcp = "{}:{}".format(*lookupd.tcp_address)
+        for i in range(2):
+            (tmp_path / f"n{i}").mkdir()
+        nsqds = [
+            DaemonProcess(
+                "nsqd",
+                args=[f"--lookupd-tcp-address={lookupd_tcp}", "--broadcast-address=127.0.0.1"],
+                data_path=str(tmp_path / f"n{i}"),
+                env=pythonpath_env(),
+            )
+            for i in range(2)
+        ]
+        try:
+            published = []
+            for i, nsqd in enumerate(nsqds):
+                bodies = [b"node%d-%d" % (i, n) for n in range(COUNT)]
+                sock = socket.create_connection(nsqd.tcp_address, timeout=5)
+                payload = b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+                body = struct.pack(">i", len(bodies)) + payload
+                sock.sendall(
+                    b"  V2MPUB %s\n" % topic.encode() + struct.pack(">i", len(body)) + body
+                )
+                assert sock.recv(64)[8:] == b"OK"
+                sock.close()
+                published += [b.decode() for b in bodies]
+            host, port = lookupd.http_address  # type: ignore[misc]
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    str(CLIENTS / "pynsq_lookupd_client.py"),
+                    f"{host}:{port}",
+                    topic,
+                    str(len(published)),
+                    str(SCRIPT_TIMEOUT),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=SCRIPT_TIMEOUT + 20,
+                env=pythonpath_env(),
+                stdin=subprocess.DEVNULL,
+            )
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+            assert lines, f"no result; stderr:\n{proc.stderr[-4000:]}"
+            result = json.loads(lines[-1])
+            assert result["ok"], result["error"] + "\n" + proc.stderr[-4000:]
+            assert Counter(result["received"]) == Counter(published)
+        finally:
+            for nsqd in nsqds:
+                nsqd.close()
