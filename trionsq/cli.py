@@ -4,6 +4,7 @@ errors."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 
@@ -33,44 +34,22 @@ def _err(message: str) -> None:
     sys.stderr.flush()
 
 
-def _nsqd(argv: Sequence[str]) -> int:
+def _daemon(command: str, app: str, argv: Sequence[str]) -> int:
+    """Parse, validate and run a daemon (`app`: ``nsqd`` or ``nsqlookupd``) as Go's does: exit 2
+    for bad flags, 1 for invalid values, `--version` and `--help` answered at once."""
     from trionsq.logs import setup_logging
-    from trionsq.nsqd.options import parse_nsqd_args
     from trionsq.options import FlagError, HelpRequested, ValidationError
 
+    if app == "nsqd":
+        from trionsq.nsqd.main import run
+        from trionsq.nsqd.options import parse_nsqd_args as parse
+    else:
+        from trionsq.nsqlookupd.main import run  # type: ignore[assignment]
+        from trionsq.nsqlookupd.options import (  # type: ignore[assignment]
+            parse_nsqlookupd_args as parse,
+        )
     try:
-        options = parse_nsqd_args(argv)
-    except HelpRequested as help_:
-        sys.stderr.write(help_.usage)
-        return 0
-    except FlagError as exc:
-        _err(f"trionsq nsqd: {exc}")
-        return 2
-    if options.version:
-        print(version_string("nsqd"))
-        return 0
-    try:
-        options.validate()
-    except ValidationError as exc:
-        _err(f"trionsq nsqd: {exc}")
-        return 1
-    setup_logging("trionsq.nsqd", options.log_prefix, options.log_level)
-
-    from trionsq.nsqd.main import run
-
-    try:
-        return run(options)
-    except KeyboardInterrupt:
-        return 130
-
-
-def _nsqlookupd(argv: Sequence[str], command: str = "nsqlookupd") -> int:
-    from trionsq.logs import setup_logging
-    from trionsq.nsqlookupd.options import parse_nsqlookupd_args
-    from trionsq.options import FlagError, HelpRequested, ValidationError
-
-    try:
-        options = parse_nsqlookupd_args(argv)
+        options = parse(argv)
     except HelpRequested as help_:
         sys.stderr.write(help_.usage)
         return 0
@@ -78,25 +57,18 @@ def _nsqlookupd(argv: Sequence[str], command: str = "nsqlookupd") -> int:
         _err(f"trionsq {command}: {exc}")
         return 2
     if options.version:
-        print(version_string("nsqlookupd"))
+        print(version_string(app))
         return 0
     try:
         options.validate()
     except ValidationError as exc:
         _err(f"trionsq {command}: {exc}")
         return 1
-    setup_logging("trionsq.nsqlookupd", options.log_prefix, options.log_level)
-
-    from trionsq.nsqlookupd.main import run
-
+    setup_logging(f"trionsq.{app}", options.log_prefix, options.log_level)
     try:
-        return run(options)
+        return run(options)  # type: ignore[arg-type]
     except KeyboardInterrupt:
         return 130
-
-
-def _lookupd(argv: Sequence[str]) -> int:
-    return _nsqlookupd(argv, "lookupd")
 
 
 def _bench(argv: Sequence[str]) -> int:
@@ -106,9 +78,9 @@ def _bench(argv: Sequence[str]) -> int:
 
 
 _COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "nsqd": _nsqd,
-    "nsqlookupd": _nsqlookupd,
-    "lookupd": _lookupd,
+    "nsqd": functools.partial(_daemon, "nsqd", "nsqd"),
+    "nsqlookupd": functools.partial(_daemon, "nsqlookupd", "nsqlookupd"),
+    "lookupd": functools.partial(_daemon, "lookupd", "nsqlookupd"),
     "bench": _bench,
 }
 

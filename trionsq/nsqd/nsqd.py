@@ -33,6 +33,7 @@ from typing import Any
 import trio
 
 from .. import NSQ_VERSION
+from ..daemon import StartupError
 from ..diskqueue import DiskSyncer
 from ..diskqueue.syncer import BlockingRunner
 from ..protocol.names import is_ephemeral
@@ -51,10 +52,6 @@ from .topic import Topic
 from .wakeup import Wakeup
 
 log = logging.getLogger("trionsq.nsqd")
-
-
-class StartupError(Exception):
-    """nsqd cannot start (bad configuration, address in use, data path locked)."""
 
 
 class NSQD:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from trionsq.logs import parse_log_level
@@ -20,9 +20,8 @@ from trionsq.options import (
     FlagSet,
     ValidationError,
     coerce_config_value,
-    load_config,
     parse_bool,
-    resolve,
+    parse_options,
 )
 from trionsq.protocol import default_node_id
 
@@ -532,17 +531,4 @@ def parse_nsqd_args(argv: Sequence[str]) -> NSQDOptions:
     """Parse nsqd's command line (without the program name), then its ``--config`` TOML file
     (skipped when ``--version`` is given, as in Go). Raises `trionsq.options.FlagError`,
     `trionsq.options.HelpRequested`; does not call `NSQDOptions.validate`."""
-    flagset = nsqd_flagset()
-    parsed = flagset.parse(argv)
-    config: dict[str, Any] = {}
-    path = parsed.values.get("config", "")
-    if path and not parsed.values.get("version"):
-        config = load_config(path)
-    resolved = resolve(flagset, parsed, config)
-    known = {f.name for f in fields(NSQDOptions)}
-    values = {k: v for k, v in resolved.values.items() if k in known}
-    return NSQDOptions(
-        **values,
-        explicit_fields=resolved.from_flags,
-        config_fields=resolved.from_config,
-    )
+    return parse_options(nsqd_flagset(), NSQDOptions, argv)

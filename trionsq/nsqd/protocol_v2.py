@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..daemon import first_leaf
 from ..protocol import errors as E
 from ..protocol.client_states import COMMAND_STATES, RULES, CommandRule, Verdict
 from ..protocol.commands import MAGIC_V2, Command
@@ -78,7 +79,7 @@ async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Str
     try:
         await _serve(nsqd, stream, remote)
     except* (trio.BrokenResourceError, trio.ClosedResourceError) as gone:
-        log.info("PROTOCOL(V2): [%s] connection lost - %s", remote, _first_leaf(gone))
+        log.info("PROTOCOL(V2): [%s] connection lost - %s", remote, first_leaf(gone))
     except* Exception:
         log.exception("PROTOCOL(V2): [%s] internal error, closing the connection", remote)
     finally:
@@ -110,11 +111,6 @@ async def _serve(nsqd: NSQD, stream: trio.abc.Stream, remote: str) -> None:
             nursery.cancel_scope.cancel()
     finally:
         _disconnect(nsqd, client)
-
-
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _remote_address(stream: trio.abc.Stream) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from ..daemon import StartupError, first_leaf
 from ..nsqd.addresses import split_host_port
 from ..version import version_string
 from .http_api import serve_http
@@ -30,10 +31,6 @@ from .tcp import format_address, handle_connection
 log = logging.getLogger("trionsq.nsqlookupd")
 
 
-class StartupError(Exception):
-    """nsqlookupd cannot start (an address it cannot listen on)."""
-
-
 def _host_port(address: str) -> tuple[str, int]:
     """Go's net.Listen address: ``host:port``; an empty address is any host, any port."""
     return split_host_port(address or ":0")
@@ -43,12 +40,6 @@ def _listen_failed(address: str, err: BaseException) -> StartupError:
     """Go's ``listen (<address>) failed - <reason>``."""
     reason = getattr(err, "strerror", None) or err
     return StartupError(f"listen ({address}) failed - {reason}")
-
-
-def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first exception of a (nested) exception group."""
-    first = group.exceptions[0]
-    return first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _bound(listener: trio.SocketListener) -> tuple[str, int]:

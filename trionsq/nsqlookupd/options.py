@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from trionsq.logs import parse_log_level
@@ -16,8 +16,7 @@ from trionsq.options import (
     Flag,
     FlagSet,
     ValidationError,
-    load_config,
-    resolve,
+    parse_options,
 )
 
 __all__ = ["NSQLookupdOptions", "nsqlookupd_flagset", "parse_nsqlookupd_args"]
@@ -103,17 +102,4 @@ def parse_nsqlookupd_args(argv: Sequence[str]) -> NSQLookupdOptions:
     """Parse nsqlookupd's command line (without the program name), then its ``--config`` TOML
     file (skipped when ``--version`` is given, as in Go). Raises `trionsq.options.FlagError`,
     `trionsq.options.HelpRequested`; does not call `NSQLookupdOptions.validate`."""
-    flagset = nsqlookupd_flagset()
-    parsed = flagset.parse(argv)
-    config: dict[str, Any] = {}
-    path = parsed.values.get("config", "")
-    if path and not parsed.values.get("version"):
-        config = load_config(path)
-    resolved = resolve(flagset, parsed, config)
-    known = {f.name for f in fields(NSQLookupdOptions)}
-    values = {k: v for k, v in resolved.values.items() if k in known}
-    return NSQLookupdOptions(
-        **values,
-        explicit_fields=resolved.from_flags,
-        config_fields=resolved.from_config,
-    )
+    return parse_options(nsqlookupd_flagset(), NSQLookupdOptions, argv)

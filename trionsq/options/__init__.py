@@ -1,7 +1,7 @@
 """Go-compatible option handling shared by every trionsq daemon and app: `flag`-package command
 lines, TOML config files and NSQ's flag > config > default resolution."""
 
-from .config import Resolved, coerce_config_value, load_config, resolve
+from .config import Resolved, coerce_config_value, load_config, parse_options, resolve
 from .goflags import (
     BOOL,
     DURATION,
@@ -55,5 +55,6 @@ __all__ = [
     "parse_duration_seconds",
     "parse_float",
     "parse_int",
+    "parse_options",
     "resolve",
 ]

@@ -3,10 +3,11 @@ with go-options' type coercion for config values."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from .goflags import (
     BOOL,
@@ -23,7 +24,9 @@ from .goflags import (
 )
 from .goparse import GoParseError, go_quote, parse_bool, parse_duration, parse_float
 
-__all__ = ["Resolved", "coerce_config_value", "load_config", "resolve"]
+__all__ = ["Resolved", "coerce_config_value", "load_config", "parse_options", "resolve"]
+
+T = TypeVar("T")
 
 _INT64_MAX = (1 << 63) - 1
 _DECIMAL_RE = re.compile(r"[+-]?[0-9]+")
@@ -180,3 +183,21 @@ def resolve(flagset: FlagSet, parsed: ParsedArgs, config: Mapping[str, Any]) -> 
             values[attr] = coerce_config_value(flag, config[key])
             from_config.add(attr)
     return Resolved(values, frozenset(parsed.explicit), frozenset(from_config))
+
+
+def parse_options(flagset: FlagSet, options_class: type[T], argv: Sequence[str]) -> T:
+    """A daemon's command line (without the program name), then its ``--config`` TOML file
+    (skipped when ``--version`` is given, as in Go), into `options_class` (a dataclass whose
+    fields are the flags' attributes plus ``explicit_fields`` and ``config_fields``). Raises
+    `FlagError`, `HelpRequested`; validation is the caller's."""
+    parsed = flagset.parse(argv)
+    config: dict[str, Any] = {}
+    path = parsed.values.get("config", "")
+    if path and not parsed.values.get("version"):
+        config = load_config(path)
+    resolved = resolve(flagset, parsed, config)
+    known = {f.name for f in dataclasses.fields(options_class)}  # type: ignore[arg-type]
+    values = {k: v for k, v in resolved.values.items() if k in known}
+    values["explicit_fields"] = resolved.from_flags
+    values["config_fields"] = resolved.from_config
+    return options_class(**values)

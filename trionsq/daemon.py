@@ -1,0 +1,63 @@
+"""What every trionsq daemon shares as a program: `StartupError`, running in the foreground
+until SIGINT/SIGTERM (`run_until_signalled`), and the exit codes of Go's daemons (0 after a
+clean shutdown, 1 with one FATAL line when it cannot start)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+from typing import Protocol
+
+
+class StartupError(Exception):
+    """The daemon cannot start (bad configuration, address in use, data path locked)."""
+
+
+class Daemon(Protocol):
+    async def run(self) -> None: ...
+
+    def request_exit(self) -> None: ...
+
+
+def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first exception of a (nested) exception group."""
+    first = group.exceptions[0]
+    return first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def run_until_signalled(daemon: Daemon, log: logging.Logger, signal_prefix: str = "") -> int:
+    """Run `daemon` under Trio until SIGINT/SIGTERM starts its ordered shutdown; the exit
+    code. `signal_prefix` goes before the "received SIGTERM" log line (nsqd's ``NSQ: ``)."""
+    import trio
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def exit_on_signal() -> None:
+                    async for signum in signals:
+                        name = signal.Signals(signum).name
+                        log.info("%sreceived %s, shutting down", signal_prefix, name)
+                        daemon.request_exit()
+
+                nursery.start_soon(exit_on_signal, name="signals")
+                await daemon.run()
+                nursery.cancel_scope.cancel()
+
+    return _exit_code(lambda: trio.run(main), log)
+
+
+def _exit_code(run: Callable[[], object], log: logging.Logger) -> int:
+    try:
+        run()
+    except StartupError as err:
+        log.critical("%s", err)
+        return 1
+    except BaseExceptionGroup as group:
+        startup, _ = group.split(StartupError)
+        if startup is None:
+            raise
+        log.critical("%s", first_leaf(startup))
+        return 1
+    return 0
