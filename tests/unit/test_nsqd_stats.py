@@ -167,6 +167,7 @@ def fake_client(**fields: Any) -> Any:
         "sample_rate": 0,
         "user_agent": "ua/1.0",
         "pub_counts": {},
+        "auth_state": None,
     }
     defaults.update(fields)
     return SimpleNamespace(**defaults)

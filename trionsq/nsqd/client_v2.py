@@ -33,6 +33,7 @@ from ..protocol.frames import HEARTBEAT_FRAME
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
+    from .auth import AuthState
     from .channel import Channel
     from .nsqd import NSQD
 
@@ -46,10 +47,13 @@ InFlight = tuple[bytes, float, float]
 
 class ClientV2:
     __slots__ = (
+        "auth_secret",
+        "auth_state",
         "channel",
         "client_id",
         "connect_ts",
         "connection_scope",
+        "deflate",
         "finish_count",
         "heartbeat_interval",
         "hostname",
@@ -71,8 +75,10 @@ class ClientV2:
         "sample_rate",
         "send_done",
         "sending",
+        "snappy",
         "state",
         "stream",
+        "tls",
         "user_agent",
         "wake",
     )
@@ -108,6 +114,14 @@ class ClientV2:
         self.finish_count = 0
         self.requeue_count = 0
         self.pub_counts: dict[str, int] = {}
+        # AUTH: the secret the client gave, and the auth server's answer (None until then).
+        self.auth_secret = ""
+        self.auth_state: AuthState | None = None
+        # Upgrades negotiated by IDENTIFY: `stream` is then the outermost layer (compression
+        # over TLS over the socket); `tls` the TLS layer.
+        self.tls: trio.SSLStream[trio.abc.Stream] | None = None
+        self.snappy = False
+        self.deflate = False
         # The connection's cancel scope, set while it is served: cancelling it closes it.
         self.connection_scope: trio.CancelScope | None = None
 

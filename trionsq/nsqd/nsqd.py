@@ -77,6 +77,7 @@ class NSQD:
             max_msg_timeout_ms=int(options.max_msg_timeout * 1000),
             max_rdy_count=options.max_rdy_count,
             max_deflate_level=options.max_deflate_level,
+            auth_required=bool(options.auth_http_addresses),
         )
         self.tcp_address: tuple[str, int] | str | None = None
         self.http_address: tuple[str, int] | None = None
@@ -220,8 +221,6 @@ class NSQD:
             raise StartupError(
                 "TLS is not built yet in trionsq (--tls-cert/--tls-key/--tls-required)"
             )
-        if opts.auth_http_addresses:
-            raise StartupError("AUTH is not built yet in trionsq (--auth-http-address)")
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
@@ -293,6 +292,10 @@ class NSQD:
         host, _, port = urls[0].rpartition(":")
         self.http_address = (host.removeprefix("http://").strip("[]"), int(port))
         log.info("HTTP: listening on %s", _format_address(self.http_address))
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.options.auth_http_addresses)
 
     @property
     def broadcast_tcp_port(self) -> int:

@@ -8,8 +8,9 @@ are sent with one write.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -24,6 +25,7 @@ from ..protocol.goquote import go_quote
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.negotiation import negotiate
 from ..protocol.parser import CommandParser, parse_uint
+from .auth import AuthError, AuthRequest, is_tls, query_any, tls_common_name
 from .backend import BackendError
 from .channel import ChannelError
 from .client_v2 import STATE_DISCONNECTED, ClientV2
@@ -163,7 +165,14 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                                 E.E_INVALID,
                                 f"invalid command {cmd.name.decode('utf-8', 'replace')}",
                             )
-                        handler(nsqd, client, cmd)
+                        try:
+                            handler(nsqd, client, cmd)
+                        except AwaitFirst as step:
+                            # AUTH and re-authorisation ask the auth server: the one place
+                            # a command awaits (the handlers stay synchronous).
+                            await step.prelude()
+                            if step.rerun:
+                                handler(nsqd, client, cmd)
                     except ProtocolError as err:
                         if err.text == LINE_TOO_LONG:
                             # nsqd's line reader fails: it closes without an error frame.
@@ -277,9 +286,93 @@ def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     client.out += encode_response(result.reply(nsqd.identify_limits))
 
 
+class AwaitFirst(Exception):
+    """Raised by a synchronous handler that needs an await (an auth server round trip): the
+    command loop awaits `prelude`, then runs the handler again if `rerun`."""
+
+    def __init__(self, prelude: Callable[[], Awaitable[None]], rerun: bool) -> None:
+        super().__init__()
+        self.prelude = prelude
+        self.rerun = rerun
+
+
 def _auth(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
-    # No auth server support yet: nsqd answers this way when none is configured.
-    raise ProtocolError(E.E_AUTH_DISABLED, "AUTH disabled")
+    assert isinstance(cmd.body, bytes)
+    if client.auth_state is not None and client.auth_state.authorizations:
+        raise ProtocolError(E.E_INVALID, "AUTH already set")
+    if not nsqd.auth_enabled:
+        raise ProtocolError(E.E_AUTH_DISABLED, "AUTH disabled")
+    secret = cmd.body.decode("utf-8", "surrogateescape")
+
+    async def authenticate() -> None:
+        client.auth_secret = secret
+        await _query_auth(nsqd, client)
+        state = client.auth_state
+        assert state is not None
+        if not state.authorizations:
+            raise ProtocolError(E.E_UNAUTHORIZED, "AUTH no authorizations found")
+        reply = {
+            "identity": state.identity,
+            "identity_url": state.identity_url,
+            "permission_count": len(state.authorizations),
+        }
+        client.out += encode_response(json.dumps(reply, separators=(",", ":")).encode())
+
+    raise AwaitFirst(authenticate, rerun=False)
+
+
+async def _query_auth(nsqd: NSQD, client: ClientV2) -> None:
+    """Ask the auth servers about the client's secret; E_AUTH_FAILED if none answers well
+    (the reason is logged, not told to an untrusted client)."""
+    opts = nsqd.options
+    request = AuthRequest(
+        remote_ip=_remote_ip(client.remote_address),
+        tls=is_tls(client.stream),
+        secret=client.auth_secret,
+        common_name=tls_common_name(client.stream),
+    )
+    try:
+        client.auth_state = await query_any(
+            opts.auth_http_addresses,
+            request,
+            method=opts.auth_http_request_method,
+            connect_timeout=opts.http_client_connect_timeout,
+            request_timeout=opts.http_client_request_timeout,
+            verify=opts.tls_root_ca_file or True,
+        )
+    except AuthError as err:
+        log.warning("PROTOCOL(V2): [%s] AUTH failed %s", client.remote_address, err)
+        raise ProtocolError(E.E_AUTH_FAILED, "AUTH failed") from None
+
+
+def _remote_ip(remote: str) -> str:
+    if remote in ("memory", "unknown", "unix") or ":" not in remote:
+        return ""
+    return remote.rpartition(":")[0].strip("[]")
+
+
+def _check_auth(nsqd: NSQD, client: ClientV2, command: str, topic: str, channel: str) -> None:
+    """Go's CheckAuth, for PUB, MPUB, DPUB (channel "") and SUB when auth is enabled."""
+    state = client.auth_state
+    if state is None or not state.authorizations:
+        raise ProtocolError(E.E_AUTH_FIRST, f"AUTH required before {command}")
+    if state.expired:
+
+        async def ask_again() -> None:
+            await _query_auth(nsqd, client)
+            _authorize(client, command, topic, channel)
+
+        raise AwaitFirst(ask_again, rerun=True)
+    _authorize(client, command, topic, channel)
+
+
+def _authorize(client: ClientV2, command: str, topic: str, channel: str) -> None:
+    state = client.auth_state
+    if state is None or not state.allows(topic, channel):
+        raise ProtocolError(
+            E.E_UNAUTHORIZED,
+            f"AUTH failed for {command} on {go_quote(topic.encode())} {go_quote(channel.encode())}",
+        )
 
 
 def _sub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
@@ -296,6 +389,8 @@ def _sub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     channel_name = _valid_name(params[1], is_valid_channel_name)
     if channel_name is None:
         raise ProtocolError(E.E_BAD_CHANNEL, f"SUB channel name {go_quote(params[1])} is not valid")
+    if nsqd.auth_enabled:
+        _check_auth(nsqd, client, "SUB", topic_name, channel_name)
     topic = nsqd.get_topic(topic_name)
     channel = topic.get_channel(channel_name)
     limit = nsqd.options.max_channel_consumers
@@ -440,6 +535,8 @@ def _publish(
 ) -> None:
     """PUB, MPUB and DPUB after the parser's checks: queue the messages, answer OK."""
     topic_name = cmd.params[0].decode("ascii")
+    if nsqd.auth_enabled:
+        _check_auth(nsqd, client, cmd.name.decode(), topic_name, "")
     topic = nsqd.get_topic(topic_name)
     try:
         topic.put_bodies(bodies, defer)

@@ -49,9 +49,7 @@ __all__ = ["client_stats", "format_text", "go_duration", "memory_stats", "snapsh
 #: A `/stats?format=json` snapshot (or one of its objects), JSON-ready.
 Stats = dict[str, Any]
 
-#: What ClientV2Stats says of features trionsq does not build (nsqd refuses to start with TLS
-#: or AUTH options; IDENTIFY does not negotiate deflate or snappy). The omitempty auth fields
-#: (authed, auth_identity, auth_identity_url) are therefore always omitted.
+#: What ClientV2Stats says of a connection without TLS.
 _NO_TLS: Stats = {
     "tls": False,
     "tls_cipher_suite": "",
@@ -160,6 +158,19 @@ def _producers_stats(nsqd: NSQD, topic_filter: str) -> list[Stats] | None:
     return producers or None
 
 
+def _auth_stats(client: ClientV2) -> Stats:
+    """Go's omitempty auth fields: present once the client has authorizations."""
+    state = client.auth_state
+    if state is None or not state.authorizations:
+        return {}
+    stats: Stats = {"authed": True}
+    if state.identity:
+        stats["auth_identity"] = state.identity
+    if state.identity_url:
+        stats["auth_identity_url"] = state.identity_url
+    return stats
+
+
 def client_stats(client: ClientV2, topic_filter: str = "") -> Stats:
     """ClientV2Stats of one connection; `topic_filter` restricts its pub_counts."""
     stats: Stats = {
@@ -178,6 +189,7 @@ def client_stats(client: ClientV2, topic_filter: str = "") -> Stats:
         "deflate": False,
         "snappy": False,
         "user_agent": client.user_agent,
+        **_auth_stats(client),
         "topology_zone": "",
         "topology_region": "",
     }
