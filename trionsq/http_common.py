@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote_plus
@@ -228,15 +229,32 @@ def v1_route(app: QuartTrio, path: str, methods: list[str]) -> Callable[[Handler
 # -- serving --------------------------------------------------------------------------------
 
 
+class _TLSConfig(Config):
+    """Hypercorn's config serving HTTPS with a context built elsewhere (hypercorn's own
+    would set its ciphers, a TLS 1.2 floor and ALPN h2)."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__()
+        self._context = context
+
+    @property
+    def ssl_enabled(self) -> bool:
+        return True
+
+    def create_ssl_context(self) -> ssl.SSLContext:
+        return self._context
+
+
 async def serve_app(
     app: QuartTrio,
     address: str,
     *,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `app` on `address` (``host:port``) with hypercorn until cancelled;
-    `task_status.started` gets the bound URLs."""
-    config = Config()
+    """Serve `app` on `address` (``host:port``) with hypercorn until cancelled, over TLS with
+    `ssl_context`; `task_status.started` gets the bound URLs."""
+    config = Config() if ssl_context is None else _TLSConfig(ssl_context)
     config.bind = [address]
     config.errorlog = None
     config.accesslog = None

@@ -1,8 +1,9 @@
 """Start trionsq daemons as subprocesses on kernel-chosen ports, for tests and benchmarks.
 
-The daemon logs ``TCP: listening on HOST:PORT`` (and ``HTTP: ...``) on stderr, as Go nsqd and
-nsqlookupd do; `DaemonProcess` reads those lines to learn its addresses. nsqd gets a temporary
-data path, nsqlookupd ``--broadcast-address=127.0.0.1`` unless the arguments name one.
+The daemon logs ``TCP: listening on HOST:PORT`` (and ``HTTP: ...``, ``HTTPS: ...``) on stderr,
+as Go nsqd and nsqlookupd do; `DaemonProcess` reads those lines to learn its addresses. nsqd
+gets a temporary data path, nsqlookupd ``--broadcast-address=127.0.0.1`` unless the arguments
+name one.
 """
 
 from __future__ import annotations
@@ -96,6 +97,18 @@ class DaemonProcess:
         if "HTTP" not in self.addresses:
             return None
         host, _, port = self.addresses["HTTP"].rpartition(":")
+        return host, int(port)
+
+    @property
+    def https_address(self) -> tuple[str, int] | None:
+        """The HTTPS listener's address (nsqd with a TLS certificate and key), waiting a few
+        seconds for its log line; None if it never comes."""
+        deadline = time.monotonic() + 5.0
+        while "HTTPS" not in self.addresses:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+        host, _, port = self.addresses["HTTPS"].rpartition(":")
         return host, int(port)
 
     def terminate(self, timeout: float = 20.0) -> int:

@@ -75,6 +75,7 @@ class NSQConn:
         self._decoder = FrameDecoder()
         self._inflater: Any = None
         self._deflater: Any = None
+        self._snappy: Any = None
         self.sock = socket.create_connection(address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if magic is not None:
@@ -87,6 +88,8 @@ class NSQConn:
         here: the test reads the error frame and the close next."""
         if self._deflater is not None:
             data = self._deflater.compress(data) + self._deflater.flush(zlib.Z_SYNC_FLUSH)
+        elif self._snappy is not None:
+            data = self._snappy.compress(data)
         try:
             self.sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError):
@@ -336,6 +339,14 @@ class NSQConn:
         """From now on, both directions are raw DEFLATE streams (reference §1.3 IDENTIFY)."""
         self._inflater = zlib.decompressobj(-15)
         self._deflater = zlib.compressobj(level, zlib.DEFLATED, -15)
+
+    def start_snappy(self) -> None:
+        """From now on, both directions are in the snappy framing format (python-snappy's
+        stream classes, which interoperate with Go's golang/snappy)."""
+        import snappy
+
+        self._inflater = snappy.StreamDecompressor()
+        self._snappy = snappy.StreamCompressor()
 
     # -- lifetime --------------------------------------------------------------------
 

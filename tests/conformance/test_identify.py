@@ -226,7 +226,7 @@ def test_deflate_level_is_clamped_to_max(connect: Connect) -> None:
 
 def test_snappy_when_granted(connect: Connect, topic: str) -> None:
     """When nsqd grants snappy, the stream after the JSON reply is in snappy framing
-    format, starting with the stream identifier chunk."""
+    format in both directions, starting with the stream identifier chunk, then an OK."""
     conn = connect()
     conn.identify(feature_negotiation=True, snappy=True)
     frame_type, data = conn.read_frame_exact()
@@ -238,3 +238,6 @@ def test_snappy_when_granted(connect: Connect, topic: str) -> None:
         conn.pub(topic, b"uncompressed")
         return
     assert conn.recv_exact(len(SNAPPY_STREAM_IDENTIFIER)) == SNAPPY_STREAM_IDENTIFIER
+    conn.start_snappy()
+    conn.expect_response(b"OK")
+    conn.pub(topic, b"compressed")

@@ -1,5 +1,5 @@
 """`trionsq nsqd` as a process: SIGTERM under load, restart on the same port, the data-path
-lock, a unix socket address, and the refusal of options whose features are not built."""
+lock, a unix socket address, and a TLS certificate that cannot be loaded."""
 
 from __future__ import annotations
 
@@ -185,8 +185,10 @@ def test_data_path_defaults_to_the_working_directory(tmp_path):
             proc.stderr.close()
 
 
-@pytest.mark.parametrize("flag", ["--tls-cert=/x.pem", "--auth-http-address=127.0.0.1:4181"])
-def test_refuses_security_options_it_cannot_honour_yet(flag, tmp_path):
+@pytest.mark.parametrize(
+    "flags", [["--tls-cert=/x.pem"], ["--tls-cert=/x.pem", "--tls-key=/x.pem"]]
+)
+def test_unusable_tls_certificate_stops_nsqd_with_one_line(flags, tmp_path):
     result = subprocess.run(
         [
             sys.executable,
@@ -195,12 +197,12 @@ def test_refuses_security_options_it_cannot_honour_yet(flag, tmp_path):
             "nsqd",
             "--tcp-address=127.0.0.1:0",
             f"--data-path={tmp_path}",
-            flag,
+            *flags,
         ],
         capture_output=True,
         text=True,
         timeout=30,
     )
-    assert result.returncode != 0
-    assert "not built yet" in result.stderr
+    assert result.returncode == 1
+    assert "failed to build TLS config - " in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

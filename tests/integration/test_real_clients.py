@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -48,7 +49,9 @@ def nsqd() -> Iterator[DaemonProcess]:
         yield daemon
 
 
-def run_client(script: str, mode: str, daemon: DaemonProcess, topic: str) -> dict:
+def run_client(
+    script: str, mode: str, daemon: DaemonProcess, topic: str, conn_options: dict | None = None
+) -> dict:
     host, port = daemon.tcp_address
     argv = [
         sys.executable,
@@ -59,6 +62,8 @@ def run_client(script: str, mode: str, daemon: DaemonProcess, topic: str) -> dic
         str(COUNT),
         str(SCRIPT_TIMEOUT),
     ]
+    if conn_options is not None:
+        argv.append(json.dumps(conn_options))
     try:
         proc = subprocess.run(
             argv,
@@ -228,3 +233,78 @@ def test_pynsq_reader_discovers_every_nsqd_through_nsqlookupd(tmp_path) -> None:
         finally:
             for nsqd in nsqds:
                 nsqd.close()
+
+
+# -- TLS, snappy and deflate with pynsq ------------------------------------------------------
+
+
+@pytest.fixture
+def tls_nsqd(tmp_path: Path) -> Iterator[tuple[DaemonProcess, str]]:
+    """nsqd with a trustme certificate (and HTTP, to check channels); yields it and the CA
+    file."""
+    import trustme
+
+    ca = trustme.CA()
+    ca_file = str(tmp_path / "ca.pem")
+    ca.cert_pem.write_to_path(ca_file)
+    pem = str(tmp_path / "server.pem")
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(pem)
+    args = [
+        f"--msg-timeout={MSG_TIMEOUT:g}s",
+        f"--tls-cert={pem}",
+        f"--tls-key={pem}",
+        "--https-address=127.0.0.1:0",
+    ]
+    with DaemonProcess("nsqd", args=args, env=pythonpath_env()) as daemon:
+        assert daemon.https_address is not None
+        yield daemon, ca_file
+
+
+def assert_channel_drained(daemon: DaemonProcess, topic: str, timeout: float = 5.0) -> None:
+    """Every message of ``topic/ch`` finished: none queued, none in flight (an unfinished
+    message is one or the other, whether its client is still connected or not)."""
+    assert daemon.http_address is not None
+    host, port = daemon.http_address
+    url = f"http://{host}:{port}/stats?format=json&topic={topic}&channel=ch"
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            stats = json.load(response)
+        channels = [c for t in stats["topics"] for c in t["channels"]]
+        assert len(channels) == 1, stats
+        channel = channels[0]
+        if channel["depth"] == 0 and channel["in_flight_count"] == 0:
+            assert channel["message_count"] == 2 * COUNT
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"channel not drained: {channel}")
+        time.sleep(0.05)
+
+
+@_needs("nsq")
+@pytest.mark.parametrize(
+    "features",
+    [
+        {"tls_v1": True},
+        {"snappy": True},
+        {"deflate": True, "deflate_level": 1},
+        {"tls_v1": True, "snappy": True},
+        {"tls_v1": True, "deflate": True, "deflate_level": 9},
+    ],
+    ids=["tls", "snappy", "deflate", "tls+snappy", "tls+deflate"],
+)
+def test_pynsq_with_tls_and_compression(tls_nsqd: tuple[DaemonProcess, str], features) -> None:
+    daemon, ca_file = tls_nsqd
+    topic = _topic("pynsq_" + "_".join(sorted(features)))
+    options = dict(features)
+    if options.get("tls_v1"):
+        options["tls_options"] = {"ca_certs": ca_file}
+    result = run_client("pynsq_client.py", "pubsub", daemon, topic, options)
+    check_pubsub(result)
+    granted = result["features"]
+    assert granted["tls_v1"] is bool(features.get("tls_v1"))
+    assert granted["snappy"] is bool(features.get("snappy"))
+    assert granted["deflate"] is bool(features.get("deflate"))
+    if features.get("deflate"):
+        assert granted["deflate_level"] == min(features["deflate_level"], 6)
+    assert_channel_drained(daemon, topic)

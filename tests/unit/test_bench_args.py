@@ -135,3 +135,20 @@ def test_parse_batch_error_frame() -> None:
 
     with pytest.raises(BenchError, match="E_FIN_FAILED"):
         parse_batch(encode_error(b"E_FIN_FAILED x"), 0, [])
+
+
+def test_transport_flags() -> None:
+    args = parse_args(["transports"])
+    assert args.transports == ("plain", "snappy", "deflate", "tls")
+    assert (args.transport, args.deflate_level, args.rounds) == ("plain", 6, 1)
+    args = parse_args(["transports", "--transports", "tls+deflate,plain,snappy"])
+    assert args.transports == ("plain", "tls+deflate", "snappy")
+    assert parse_args(["reader", "--transport", "tls+snappy"]).transport == "tls+snappy"
+
+
+@pytest.mark.parametrize(
+    "argv", [["transports", "--transports", "gzip"], ["reader", "--transport", "ssl"]]
+)
+def test_transport_flags_reject_unknown_names(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)

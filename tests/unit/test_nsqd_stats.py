@@ -167,6 +167,9 @@ def fake_client(**fields: Any) -> Any:
         "sample_rate": 0,
         "user_agent": "ua/1.0",
         "pub_counts": {},
+        "tls": None,
+        "snappy": False,
+        "deflate": False,
         "auth_state": None,
     }
     defaults.update(fields)

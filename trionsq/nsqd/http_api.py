@@ -23,6 +23,8 @@ from quart_trio import QuartTrio
 
 from .. import NSQ_VERSION
 from ..http_common import (
+    JSON_CONTENT_TYPE,
+    NSQ_CONTENT_TYPE,
     HTTPError,
     content_length,
     first,
@@ -97,11 +99,29 @@ def existing_topic(nsqd: NSQD, params: dict[str, list[str]], validate: bool) -> 
 # -- the app --------------------------------------------------------------------------------
 
 
-def create_app(nsqd: NSQD) -> QuartTrio:
-    """The HTTP API of `nsqd` as a quart-trio app."""
+def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
+    """The HTTP API of `nsqd` as a quart-trio app; `tls_enabled` for the HTTPS listener's."""
     app = new_app("trionsq.nsqd", log)
     opts = nsqd.options
     route = functools.partial(v1_route, app)
+
+    if not tls_enabled and opts.tls_required == "true":
+
+        @app.before_request
+        async def tls_required() -> Response:
+            # Go's ServeHTTP with --tls-required=true: every request over plain HTTP, whatever
+            # its path or method, answers 403 with the HTTPS port (0 without an HTTPS
+            # listener), in Go's own formatting. (tcp-https leaves plain HTTP open.)
+            https = nsqd.https_address
+            port = https[1] if https else 0
+            return Response(
+                f'{{"message": "TLS_REQUIRED", "https_port": {port}}}',
+                status=403,
+                headers={
+                    NSQ_CONTENT_TYPE[0]: NSQ_CONTENT_TYPE[1],
+                    "Content-Type": JSON_CONTENT_TYPE,
+                },
+            )
 
     @app.route("/ping", methods=["GET"])
     async def ping() -> Response:
@@ -342,7 +362,17 @@ def _set_config(nsqd: NSQD, opt: str, body: bytes) -> None:
 
 
 async def serve_http(
-    nsqd: NSQD, address: str, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+    nsqd: NSQD,
+    address: str,
+    *,
+    tls: bool = False,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the API on `address` until cancelled; `task_status.started` gets the bound URLs."""
-    await serve_app(create_app(nsqd), address, task_status=task_status)
+    """Serve the API on `address` until cancelled, over TLS with nsqd's context when `tls`
+    (the HTTPS listener); `task_status.started` gets the bound URLs."""
+    context = nsqd.tls_context if tls else None
+    if tls and context is None:
+        raise ValueError("HTTPS needs a TLS certificate and key")
+    await serve_app(
+        create_app(nsqd, tls_enabled=tls), address, ssl_context=context, task_status=task_status
+    )

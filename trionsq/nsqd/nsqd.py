@@ -3,7 +3,7 @@
 ```
 NSQD.run()  root nursery
  ├─ client nursery: TCP listener, one task per connection (command loop + message pump),
- │                  and the HTTP server (hypercorn)
+ │                  and the HTTP and HTTPS servers (hypercorn)
  ├─ each topic's message pump
  ├─ queue scan loop (in-flight timeouts, deferred messages)
  ├─ one lookup peer per nsqlookupd (REGISTER/UNREGISTER, PING)
@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -49,6 +50,7 @@ from .protocol_v2 import handle_connection
 from .stats import snapshot
 from .statsd import statsd_loop
 from .topic import Topic
+from .transport import build_server_context
 from .wakeup import Wakeup
 
 log = logging.getLogger("trionsq.nsqd")
@@ -77,10 +79,17 @@ class NSQD:
             max_msg_timeout_ms=int(options.max_msg_timeout * 1000),
             max_rdy_count=options.max_rdy_count,
             max_deflate_level=options.max_deflate_level,
+            # TLS needs the certificate and key (an unusable pair stops nsqd at startup).
+            tls_available=bool(options.tls_cert and options.tls_key),
+            snappy_available=options.snappy,
+            deflate_available=options.deflate,
             auth_required=bool(options.auth_http_addresses),
         )
         self.tcp_address: tuple[str, int] | str | None = None
         self.http_address: tuple[str, int] | None = None
+        self.https_address: tuple[str, int] | None = None
+        #: The TLS context of TCP upgrades and HTTPS (None without --tls-cert/--tls-key).
+        self.tls_context: ssl.SSLContext | None = None
         # "OK", or "NOK - <why>" when nsqd cannot do its job (e.g. its disk fails).
         self.health = "OK"
         self._next_client_id = 0
@@ -214,17 +223,17 @@ class NSQD:
 
     # -- running --------------------------------------------------------------------------
 
-    def _check_unbuilt_features(self) -> None:
-        """Refuse options whose absence would weaken security."""
-        opts = self.options
-        if opts.tls_cert or opts.tls_key or opts.tls_required != "false":
-            raise StartupError(
-                "TLS is not built yet in trionsq (--tls-cert/--tls-key/--tls-required)"
-            )
+    def _build_tls_context(self) -> None:
+        """Go's buildTLSConfig (see `build_server_context`): a file that cannot be used
+        stops nsqd."""
+        try:
+            self.tls_context = build_server_context(self.options)
+        except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+            raise StartupError(f"failed to build TLS config - {err}") from err
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
-        self._check_unbuilt_features()
+        self._build_tls_context()
         self._lock_data_path()
         try:
             saved_topics = metadata.load(self.metadata.path)
@@ -260,6 +269,8 @@ class NSQD:
                     )
                     if self.options.http_address:
                         await self._start_http(clients)
+                    if self.tls_context is not None and self.options.https_address:
+                        await self._start_https(clients)
                     self.lookup.start(root, self.options.nsqlookupd_tcp_addresses)
                     if self.options.statsd_address:
                         http_port = self.http_address[1] if self.http_address else None
@@ -292,6 +303,20 @@ class NSQD:
         host, _, port = urls[0].rpartition(":")
         self.http_address = (host.removeprefix("http://").strip("[]"), int(port))
         log.info("HTTP: listening on %s", _format_address(self.http_address))
+
+    async def _start_https(self, nursery: trio.Nursery) -> None:
+        """The same API over TLS on --https-address (only with a certificate and key)."""
+        address = self.options.https_address
+        try:
+            split_host_port(address)
+            urls = await nursery.start(
+                functools.partial(serve_http, self, address, tls=True), name="https"
+            )
+        except (OSError, ValueError) as err:
+            raise StartupError(f"listen ({address}) failed - {err}") from err
+        host, _, port = urls[0].rpartition(":")
+        self.https_address = (host.removeprefix("https://").strip("[]"), int(port))
+        log.info("HTTPS: listening on %s", _format_address(self.https_address))
 
     @property
     def auth_enabled(self) -> bool:

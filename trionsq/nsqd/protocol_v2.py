@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -23,13 +24,14 @@ from ..protocol.errors import ProtocolError
 from ..protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_error, encode_response
 from ..protocol.goquote import go_quote
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
-from ..protocol.negotiation import negotiate
+from ..protocol.negotiation import IdentifyResult, negotiate
 from ..protocol.parser import CommandParser, parse_uint
 from .auth import AuthError, AuthRequest, is_tls, query_any, tls_common_name
 from .backend import BackendError
 from .channel import ChannelError
 from .client_v2 import STATE_DISCONNECTED, ClientV2
 from .topic import TopicExiting
+from .transport import DeflateStream, SnappyStream, TransportError
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -38,6 +40,8 @@ log = logging.getLogger("trionsq.nsqd")
 
 READ_SIZE = 65536
 LINE_TOO_LONG = "command line too long"
+#: Go's UpgradeTLS deadline for the handshake.
+TLS_HANDSHAKE_TIMEOUT = 5.0
 
 # The state table's rows, looked up once: the handlers check states against them.
 _SUB_RULE = RULES[b"SUB"]
@@ -138,13 +142,7 @@ def _disconnect(nsqd: NSQD, client: ClientV2) -> None:
 
 
 async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
-    opts = nsqd.options
-    parser = CommandParser(
-        max_msg_size=opts.max_msg_size,
-        max_body_size=opts.max_body_size,
-        max_req_timeout_ms=int(opts.max_req_timeout * 1000),
-        check_line=_body_state_check(client),
-    )
+    parser = _new_parser(nsqd, client)
     handlers = _HANDLERS
     stream = client.stream
     read_deadline = trio.CancelScope()
@@ -154,6 +152,7 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
             if data:
                 parser.feed(data)
                 fatal = False
+                upgrade: IdentifyResult | None = None
                 while True:
                     try:
                         cmd = parser.next_command()
@@ -191,9 +190,19 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                         if err.fatal:
                             fatal = True
                             break
+                    except _Upgrade as granted:
+                        # The rest of this read is dropped, as Go's bufio reader is replaced.
+                        upgrade = granted.result
+                        break
                 if fatal:
                     await _close_after_error(client)
                     return
+                if upgrade is not None:
+                    read_deadline.deadline = float("inf")  # the handshake has its own
+                    if not await _upgrade(nsqd, client, upgrade):
+                        return
+                    stream = client.stream
+                    parser = _new_parser(nsqd, client)
                 channel = client.channel
                 if channel is not None and client.wants_refill():
                     channel.dispatch()
@@ -203,7 +212,13 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                 read_deadline.deadline = trio.current_time() + 2 * client.heartbeat_interval
             else:
                 read_deadline.deadline = float("inf")
-            data = await stream.receive_some(READ_SIZE)
+            try:
+                data = await stream.receive_some(READ_SIZE)
+            except TransportError as err:
+                log.error(
+                    "PROTOCOL(V2): [%s] - failed to read command - %s", client.remote_address, err
+                )
+                return
             if not data:
                 await _answer_cut_short(client, parser)
                 return
@@ -240,6 +255,37 @@ async def _answer_cut_short(client: ClientV2, parser: CommandParser) -> None:
 
 
 # -- command handlers (synchronous) ---------------------------------------------------------
+
+
+def _new_parser(nsqd: NSQD, client: ClientV2) -> CommandParser:
+    """A parser for the connection as it is now (a new one after each upgrade)."""
+    opts = nsqd.options
+    check = _body_state_check(client)
+    if opts.tls_required != "false" and client.tls is None:
+        check = _tls_required_check(check)
+    return CommandParser(
+        max_msg_size=opts.max_msg_size,
+        max_body_size=opts.max_body_size,
+        max_req_timeout_ms=int(opts.max_req_timeout * 1000),
+        check_line=check,
+    )
+
+
+def _tls_required_check(
+    then: Callable[[bytes, tuple[bytes, ...]], None],
+) -> Callable[[bytes, tuple[bytes, ...]], None]:
+    """Go's enforceTLSPolicy (--tls-required true or tcp-https) until the connection is TLS:
+    every command but IDENTIFY, even an unknown one, is fatal before its body is read."""
+
+    def check(name: bytes, params: tuple[bytes, ...]) -> None:
+        if name != b"IDENTIFY":
+            raise ProtocolError(
+                E.E_INVALID,
+                f"cannot {name.decode('utf-8', 'replace')} in current state (TLS required)",
+            )
+        then(name, params)
+
+    return check
 
 
 def _body_state_check(client: ClientV2) -> Callable[[bytes, tuple[bytes, ...]], None]:
@@ -284,6 +330,94 @@ def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
         client.msg_timeout = result.msg_timeout_ms / 1000
         client.wake.set()
     client.out += encode_response(result.reply(nsqd.identify_limits))
+    if result.tls_v1 or result.snappy or result.deflate:
+        raise _Upgrade(result)
+
+
+class _Upgrade(Exception):
+    """Raised by IDENTIFY once it granted TLS, snappy or deflate: the command loop stops
+    executing that read's commands and upgrades the connection (`_upgrade`)."""
+
+    def __init__(self, result: IdentifyResult) -> None:
+        super().__init__()
+        self.result = result
+
+
+async def _upgrade(nsqd: NSQD, client: ClientV2, result: IdentifyResult) -> bool:
+    """Go's IDENTIFY after its checks: send the reply in plaintext, then upgrade in NSQ's
+    order, TLS, then snappy or deflate, each confirmed by an OK sent over the new layer. No
+    other task sends meanwhile: with `sending` set, the pump's flushes leave their bytes
+    (heartbeats) in `client.out` for later. Layers are built as Go builds them: TLS over the
+    socket, compression over TLS or the socket. Returns False when the connection cannot go on
+    (a failed handshake): the error is logged and sent, and only this connection closes."""
+    await client.drain()
+    client.sending = True
+    failure = ""
+    try:
+        socket_stream = _bottom(client.stream)
+        try:
+            if result.tls_v1:
+                log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", client.remote_address)
+                assert nsqd.tls_context is not None  # TLS is granted only with a context
+                tls = trio.SSLStream(
+                    socket_stream, nsqd.tls_context, server_side=True, https_compatible=True
+                )
+                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT):
+                    await tls.do_handshake()
+                client.stream = client.tls = tls
+                await tls.send_all(OK_FRAME)
+            base = client.tls if client.tls is not None else socket_stream
+            if result.snappy:
+                log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", client.remote_address)
+                client.stream = SnappyStream(base)
+                client.snappy = True
+                await client.stream.send_all(OK_FRAME)
+            if result.deflate:
+                log.info(
+                    "PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)",
+                    client.remote_address,
+                    result.deflate_level,
+                )
+                client.stream = DeflateStream(base, result.deflate_level)
+                client.deflate = True
+                await client.stream.send_all(OK_FRAME)
+        except trio.TooSlowError:
+            failure = "i/o timeout"
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+            failure = _describe(err)
+    finally:
+        client.sending = False
+        if client.send_done:
+            client.send_done.unpark_all()
+    if not failure:
+        return True
+    err = ProtocolError(E.E_IDENTIFY_FAILED, f"IDENTIFY failed {failure}")
+    log.error("[%s] - %s", client.remote_address, err)
+    # Like Go, over the last layer that worked (after a failed handshake, in plaintext).
+    client.out += encode_error(err.body)
+    with trio.move_on_after(1):
+        try:
+            await _close_after_error(client)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+    return False
+
+
+def _bottom(stream: trio.abc.Stream) -> trio.abc.Stream:
+    """The socket stream beneath a connection's layers."""
+    while True:
+        below = getattr(stream, "transport_stream", None)
+        if below is None:
+            return stream
+        stream = below
+
+
+def _describe(err: BaseException) -> str:
+    """A failed handshake's reason: the SSL error trio wraps, or the error itself."""
+    cause = err.__cause__
+    if isinstance(cause, ssl.SSLError):
+        return cause.reason or str(cause)
+    return str(cause or err) or type(err).__name__
 
 
 class AwaitFirst(Exception):

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from .. import NSQ_VERSION
 from ..cli import version_string
 from .e2e_latency import disabled_result, merged_result
+from .transport import tls_stats
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -48,15 +49,6 @@ __all__ = ["client_stats", "format_text", "go_duration", "memory_stats", "snapsh
 
 #: A `/stats?format=json` snapshot (or one of its objects), JSON-ready.
 Stats = dict[str, Any]
-
-#: What ClientV2Stats says of a connection without TLS.
-_NO_TLS: Stats = {
-    "tls": False,
-    "tls_cipher_suite": "",
-    "tls_version": "",
-    "tls_negotiated_protocol": "",
-    "tls_negotiated_protocol_is_mutual": False,
-}
 
 
 def snapshot(
@@ -186,8 +178,8 @@ def client_stats(client: ClientV2, topic_filter: str = "") -> Stats:
         "requeue_count": client.requeue_count,
         "connect_ts": client.connect_ts,
         "sample_rate": client.sample_rate,
-        "deflate": False,
-        "snappy": False,
+        "deflate": client.deflate,
+        "snappy": client.snappy,
         "user_agent": client.user_agent,
         **_auth_stats(client),
         "topology_zone": "",
@@ -196,7 +188,7 @@ def client_stats(client: ClientV2, topic_filter: str = "") -> Stats:
     pub_counts = _pub_counts(client.pub_counts, topic_filter)
     if pub_counts:
         stats["pub_counts"] = pub_counts
-    stats.update(_NO_TLS)
+    stats.update(tls_stats(client.tls))
     return stats
 
 

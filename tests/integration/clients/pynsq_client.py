@@ -1,7 +1,12 @@
 """Drive pynsq (tornado) against an nsqd: publish with Writer.pub/.mpub, consume with Reader.
 
-Usage: ``python pynsq_client.py pubsub|requeue HOST:PORT TOPIC COUNT TIMEOUT``. Prints one JSON
-line: ``{"ok": bool, "published": [...], "received": [[body, attempts], ...], "error": str}``.
+Usage: ``python pynsq_client.py pubsub|requeue HOST:PORT TOPIC COUNT TIMEOUT [CONN_OPTIONS]``.
+Prints one JSON line: ``{"ok": bool, "published": [...], "received": [[body, attempts], ...],
+"error": str, "features": {...}}``.
+
+CONN_OPTIONS is a JSON object of pynsq connection options given to the Writer and the Reader
+(``tls_v1``, ``tls_options``, ``snappy``, ``deflate``, ``deflate_level``); ``features`` reports
+what nsqd granted in its IDENTIFY replies (the last reply seen for each key).
 
 * ``pubsub``: COUNT messages with ``pub`` and COUNT in one ``mpub``, then a Reader receives
   and finishes them.
@@ -18,9 +23,31 @@ import sys
 import nsq
 import tornado.ioloop
 
+#: What nsqd granted, from the IDENTIFY replies the Writer's and Reader's connections saw.
+FEATURES: dict = {}
+
+
+def _record_features(data: object) -> None:
+    if isinstance(data, dict):
+        for key in ("tls_v1", "snappy", "deflate", "deflate_level"):
+            FEATURES[key] = data.get(key)
+
+
+class Writer(nsq.Writer):
+    def _on_connection_identify_response(self, conn, data, **kwargs):  # type: ignore[no-untyped-def]
+        _record_features(data)
+        return super()._on_connection_identify_response(conn, data, **kwargs)
+
+
+class Reader(nsq.Reader):
+    def _on_connection_identify_response(self, conn, data, **kwargs):  # type: ignore[no-untyped-def]
+        _record_features(data)
+        return super()._on_connection_identify_response(conn, data, **kwargs)
+
 
 def main() -> int:
     mode, address, topic, count_s, timeout_s = sys.argv[1:6]
+    conn_options = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
     count, timeout = int(count_s), float(timeout_s)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     loop = tornado.ioloop.IOLoop.current()
@@ -34,7 +61,7 @@ def main() -> int:
     else:
         raise SystemExit(f"unknown mode {mode}")
     expected = len(singles) + len(batch) + (1 if mode == "requeue" else 0)
-    writer = nsq.Writer([address])
+    writer = Writer([address], **conn_options)
 
     def finish(stop_reason: str | None = None) -> None:
         if stop_reason:
@@ -58,7 +85,7 @@ def main() -> int:
         state["acks"] += 1
 
     def start_reader() -> None:
-        state["reader"] = nsq.Reader(
+        state["reader"] = Reader(
             topic=topic,
             channel="ch",
             message_handler=handler,
@@ -66,6 +93,7 @@ def main() -> int:
             max_in_flight=50,
             requeue_delay=0,
             msg_timeout=2,
+            **conn_options,
         )
 
     def publish() -> None:
@@ -93,6 +121,7 @@ def main() -> int:
         "published": state["published"],
         "received": state["received"],
         "error": "; ".join(state["errors"]),
+        "features": FEATURES,
     }
     print(json.dumps(out), flush=True)
     return 0

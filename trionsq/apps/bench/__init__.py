@@ -7,6 +7,8 @@ Modes, as subcommands (``all`` when none is given):
 * ``latency`` publish-to-delivery latency percentiles at a fixed publish rate;
 * ``memory``  nsqd's RSS growth per queued message;
 * ``ceiling`` the bench clients' own limits, against a fake server that does nothing;
+* ``transports`` delivery throughput over plaintext, snappy, deflate and TLS in one run,
+  each as a ratio of plaintext (the reader with ``--transport``, one after the other);
 * ``all``     writer, reader (draining what the writer left), latency, memory, and a summary.
 
 Without ``--nsqd-tcp-address`` each mode starts its own ``trionsq nsqd`` on a free port.
@@ -25,8 +27,9 @@ from dataclasses import asdict
 from typing import Any
 
 from .common import BenchError, cpu_seconds, parse_address, parse_duration
+from .transports import TRANSPORTS, TransportSpec
 
-MODES = ("writer", "reader", "latency", "memory", "ceiling", "all")
+MODES = ("writer", "reader", "latency", "memory", "ceiling", "transports", "all")
 
 #: Go nsqd 1.3 on this 2-core machine, and what trionsq aims for.
 GO_FIGURES = {"publish": 620_000, "deliver": 480_000, "bytes_per_msg": 254, "p99_us": 160}
@@ -52,6 +55,16 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
+
+
+def _transport_list(text: str) -> tuple[str, ...]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name not in TRANSPORTS:
+            raise argparse.ArgumentTypeError(f"unknown transport {name!r} (one of {TRANSPORTS})")
+    if "plain" in names:
+        names.remove("plain")
+    return ("plain", *names)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +119,36 @@ def build_parser() -> argparse.ArgumentParser:
         default="both",
         help="ceiling: which client",
     )
+    t = common.add_argument_group("transports (TLS, snappy, deflate)")
+    t.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="plain",
+        help="reader: what its connections negotiate in IDENTIFY (plain)",
+    )
+    t.add_argument(
+        "--transports",
+        type=_transport_list,
+        default=("plain", "snappy", "deflate", "tls"),
+        metavar="LIST",
+        help="transports mode: the transports to compare, comma-separated "
+        "(plain,snappy,deflate,tls; plain is always measured first)",
+    )
+    t.add_argument(
+        "--deflate-level", type=int, default=6, help="deflate level the reader asks for (6)"
+    )
+    t.add_argument(
+        "--tls-root-ca-file",
+        metavar="FILE",
+        help="CA to verify a given nsqd's certificate (default: not verified; the bench's own "
+        "nsqd gets a trustme certificate)",
+    )
+    t.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=1,
+        help="transports mode: measure every transport this many times, alternating (1)",
+    )
 
     parser = argparse.ArgumentParser(
         prog="trionsq bench",
@@ -119,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         "latency": "publish-to-delivery latency",
         "memory": "nsqd RSS per queued message",
         "ceiling": "the bench clients' own limits against a fake server",
+        "transports": "delivery throughput over plaintext, snappy, deflate and TLS",
         "all": "writer, reader, latency and memory, with a summary (default)",
     }
     for mode in MODES:
@@ -136,11 +180,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 class _Nsqd:
     """The nsqd under test: given by address, or a trionsq nsqd started for the bench."""
 
-    def __init__(self, args: argparse.Namespace, stack: ExitStack, extra: Sequence[str] = ()):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        stack: ExitStack,
+        extra: Sequence[str] = (),
+        tls: bool = False,
+    ):
         self.pid: int | None = args.nsqd_pid
         self.http: tuple[str, int] | None = None
         self.own = args.nsqd_tcp_address is None
         self.daemon: Any = None
+        #: The CA the TLS clients trust (None: they do not verify).
+        self.ca_file: str | None = args.tls_root_ca_file
         if not self.own:
             self.tcp = parse_address(args.nsqd_tcp_address)
             if args.nsqd_http_address:
@@ -148,6 +200,8 @@ class _Nsqd:
             return
         from trionsq.testing import DaemonProcess, pythonpath_env
 
+        if tls:
+            extra = [*extra, *self._certificate(stack)]
         daemon = DaemonProcess("nsqd", args=[*args.nsqd_arg, *extra], env=pythonpath_env())
         stack.callback(daemon.close)
         self.daemon = daemon
@@ -156,6 +210,22 @@ class _Nsqd:
         self.pid = daemon.proc.pid
         host, port = self.tcp
         _say(f"started trionsq nsqd pid {self.pid} on {host}:{port} {' '.join(extra)}")
+
+    def _certificate(self, stack: ExitStack) -> list[str]:
+        """A trustme CA and certificate for the bench's own nsqd: its flags."""
+        import tempfile
+
+        try:
+            import trustme
+        except ImportError:
+            raise BenchError("TLS with the bench's own nsqd needs trustme") from None
+        directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="trionsq-bench-"))
+        ca = trustme.CA()
+        self.ca_file = os.path.join(directory, "ca.pem")
+        ca.cert_pem.write_to_path(self.ca_file)
+        pem = os.path.join(directory, "nsqd.pem")
+        ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(pem)
+        return [f"--tls-cert={pem}", f"--tls-key={pem}", "--https-address=127.0.0.1:0"]
 
     def check(self, error: BenchError) -> BenchError:
         """`error`, with the daemon's exit status and last log lines if it died."""
@@ -186,9 +256,14 @@ def _run_writer(args: argparse.Namespace, nsqd: _Nsqd, topic: str) -> Any:
     )
 
 
-def _run_reader(args: argparse.Namespace, nsqd: _Nsqd, topic: str, count: int) -> Any:
+def _run_reader(
+    args: argparse.Namespace, nsqd: _Nsqd, topic: str, count: int, transport: str | None = None
+) -> Any:
     from . import reader
 
+    spec = TransportSpec(
+        transport or args.transport, deflate_level=args.deflate_level, tls_ca_file=nsqd.ca_file
+    )
     return reader.run(
         nsqd.tcp,
         topic,
@@ -198,7 +273,81 @@ def _run_reader(args: argparse.Namespace, nsqd: _Nsqd, topic: str, count: int) -
         runfor=args.runfor,
         procs=args.procs,
         count=count,
+        transport=spec,
     )
+
+
+def _transports_count(args: argparse.Namespace) -> int:
+    return args.count or 500_000
+
+
+def _run_transports(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
+    """For each transport (plain first), on one nsqd: publish `count` messages to a fresh
+    topic, then measure the reader draining them over that transport. Every message is kept in
+    memory (``--mem-queue-size=<count>``), so that the figures compare the connections'
+    costs, not the disk queue's."""
+    names = args.transports
+    extra = []
+    if not any(a.startswith("--mem-queue-size") for a in args.nsqd_arg):
+        extra.append(f"--mem-queue-size={_transports_count(args)}")
+    nsqd = _Nsqd(args, stack, extra, tls=any(n.startswith("tls") for n in names))
+    count = _transports_count(args)
+    runs: dict[str, list[Any]] = {name: [] for name in names}
+    cores: dict[str, list[float]] = {name: [] for name in names}
+    stamp = int(time.time())
+    for round_ in range(args.rounds):
+        for name in names:
+            topic = f"{args.topic or 'transport_bench'}_{stamp}_{round_}_{name.replace('+', '_')}"
+            wargs = argparse.Namespace(**{**vars(args), "count": count})
+            _measure({}, "writer", nsqd, lambda t=topic, a=wargs: _run_writer(a, nsqd, t))
+            cpu0 = _daemon_cpu(nsqd)
+            result = _measure(
+                {},
+                f"reader ({name})",
+                nsqd,
+                lambda t=topic, n=name: _run_reader(args, nsqd, t, count, n),
+            )
+            cpu1 = _daemon_cpu(nsqd)
+            runs[name].append(result)
+            if cpu0 is not None and cpu1 is not None:
+                cores[name].append((cpu1 - cpu0) / max(result.elapsed, 1e-9))
+    print()
+    print(_transports_summary(runs, cores), flush=True)
+    return {f"reader_{name.replace('+', '_')}": _median_run(r) for name, r in runs.items()}
+
+
+def _median_run(results: list[Any]) -> Any:
+    return sorted(results, key=lambda r: r.rate)[len(results) // 2]
+
+
+def _transports_summary(runs: dict[str, list[Any]], cores: dict[str, list[float]]) -> str:
+    plain = _median_run(runs["plain"]).rate or 1e-9
+    rows = [("transport", "deliver (msg/s)", "vs plain", "nsqd cores", "client cores")]
+    for name, results in runs.items():
+        best = _median_run(results)
+        used = sorted(cores[name])
+        client = best.client_cpu / best.elapsed if best.elapsed else 0.0
+        rows.append(
+            (
+                name,
+                " / ".join(f"{r.rate:,.0f}" for r in results),
+                f"{best.rate / plain:.2f}",
+                f"{used[len(used) // 2]:.2f}" if used else "",
+                f"{client:.2f}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append(
+            "  ".join(
+                cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
+                for i, cell in enumerate(row)
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def _run_latency(args: argparse.Namespace, nsqd: _Nsqd, topic: str) -> Any:
@@ -334,12 +483,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results[f"{kind}_ceiling"] = r
                 print(r.line(f"{kind} ceiling ({args.procs} procs)"), flush=True)
             return results
+        if mode == "transports":
+            results.update(_run_transports(args, stack))
+            return results
         if mode == "memory":
             nsqd = _Nsqd(args, stack, _memory_daemon_args(args))
             topic = args.topic or f"memory_bench_{int(time.time())}"
             _measure(results, "memory", nsqd, lambda: _run_memory(args, nsqd, topic))
             return results
-        nsqd = _Nsqd(args, stack)
+        nsqd = _Nsqd(args, stack, tls=args.transport.startswith("tls"))
         if mode == "latency":
             topic = args.topic or "latency_bench"
             _measure(results, "latency", nsqd, lambda: _run_latency(args, nsqd, topic))
@@ -368,8 +520,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def _measure(results: dict[str, Any], name: str, nsqd: _Nsqd, fn: Callable[[], Any]) -> None:
-    """Run one measurement, print its line, keep its result; explain a dead daemon."""
+def _measure(results: dict[str, Any], name: str, nsqd: _Nsqd, fn: Callable[[], Any]) -> Any:
+    """Run one measurement, print its line, keep its result (returned); explain a dead
+    daemon."""
     cpu0 = _daemon_cpu(nsqd)
     wall0 = time.perf_counter()
     try:
@@ -389,6 +542,7 @@ def _measure(results: dict[str, Any], name: str, nsqd: _Nsqd, fn: Callable[[], A
         notes.append(f"clients {client_cpu / result.elapsed:.2f} cores while measuring")
     if notes:
         _say(f"{name}: CPU used: " + ", ".join(notes))
+    return result
 
 
 def _daemon_cpu(nsqd: _Nsqd) -> float | None:

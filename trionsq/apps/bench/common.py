@@ -17,7 +17,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from trionsq.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2
 
@@ -139,7 +139,15 @@ def connect(address: tuple[str, int], timeout: float = 10.0) -> socket.socket:
     return sock
 
 
-def read_frame(sock: socket.socket, pending: bytearray) -> tuple[int, bytes]:
+class Receiver(Protocol):
+    """A socket, or a connection upgraded to TLS or compression (`transports.Conn`)."""
+
+    def recv(self, size: int, /) -> bytes: ...
+
+    def sendall(self, data: bytes, /) -> Any: ...
+
+
+def read_frame(sock: Receiver, pending: bytearray) -> tuple[int, bytes]:
     """Read one whole frame (blocking; for handshakes, not hot loops). `pending` keeps the
     bytes read past it."""
     while True:
@@ -155,7 +163,7 @@ def read_frame(sock: socket.socket, pending: bytearray) -> tuple[int, bytes]:
         pending += chunk
 
 
-def expect_ok(sock: socket.socket, what: str, pending: bytearray) -> None:
+def expect_ok(sock: Receiver, what: str, pending: bytearray) -> None:
     """Read the response to a command; raise `BenchError` on anything but ``OK``."""
     while True:
         frame_type, data = read_frame(sock, pending)

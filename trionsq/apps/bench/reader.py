@@ -4,7 +4,8 @@ Each process subscribes to the topic/channel, sets RDY (2500 by default) and FIN
 message it receives: the FINs of one read are joined and sent with one `sendall`. The frames
 are parsed in place on the received `bytes` (no object per message but the 16-byte ID slice).
 Workers stop when `runfor` has elapsed or, with `count`, when all processes together have
-consumed that many messages.
+consumed that many messages. With a transport other than plain, each connection negotiates
+TLS, snappy or deflate in IDENTIFY first (`transports`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from .common import (
     BenchError,
     ThroughputResult,
     run_workers,
-    subscribe,
 )
+from .transports import TransportSpec, subscribe_with
 
 _HEADER = struct.Struct(">Ii")
 _HEARTBEAT_FRAME = _HEADER.pack(15, 0) + b"_heartbeat_"
@@ -53,8 +54,8 @@ def parse_batch(buf: bytes, pos: int, ids: list[bytes]) -> tuple[int, int]:
 def _consume_worker(
     index: int, args: tuple[Any, ...], ready: Any, go: Any
 ) -> tuple[int, float, float, float]:
-    address, topic, channel, rdy, runfor, counters, stop = args
-    sock, buf = subscribe(address, topic, channel)
+    address, topic, channel, rdy, runfor, counters, stop, spec = args
+    sock, buf = subscribe_with(address, topic, channel, spec)
     # The timeout lets an idle worker see the deadline or the stop flag.
     sock.settimeout(0.1)
     ready.release()
@@ -105,12 +106,14 @@ def run(
     runfor: float = 10.0,
     procs: int = 2,
     count: int = 0,
+    transport: TransportSpec | None = None,
 ) -> ThroughputResult:
     """Consume for `runfor` seconds or until `count` (> 0) messages are consumed in all. The
     rate is the messages over the time from go to the last message received."""
     counters = _CTX.RawArray("q", procs)
     stop = _CTX.RawValue("b", 0)
-    args = (address, topic, channel, rdy, runfor, counters, stop)
+    spec = transport or TransportSpec()
+    args = (address, topic, channel, rdy, runfor, counters, stop, spec)
     if count > 0:
 
         def _watch() -> None:
@@ -131,4 +134,5 @@ def run(
     start = min(r[1] for r in results)
     last = max(r[2] for r in results)
     cpu = sum(r[3] for r in results)
-    return ThroughputResult("reader", msgs, max(last - start, 1e-9), size, cpu)
+    label = "reader" if spec.name == "plain" else f"reader ({spec.name})"
+    return ThroughputResult(label, msgs, max(last - start, 1e-9), size, cpu)
