@@ -14,7 +14,7 @@ from trionsq.version import version_string
 __all__ = ["main", "version_string"]
 
 #: Programs named on the roadmap but not built yet.
-PLANNED = ("nsqadmin", "nsq_tail", "tail", "to_file", "to_http", "to_nsq", "stat")
+PLANNED = ("nsqadmin", "nsq_tail", "tail", "to_file", "to_http", "to_nsq")
 
 _USAGE = """\
 usage: trionsq <command> [flags]
@@ -25,7 +25,8 @@ commands:
   nsqd         the queue daemon (trionsq nsqd --help for its flags)
   nsqlookupd   the directory service nsqds register with (also: lookupd)
   bench        throughput / latency / memory benchmarks
-  nsqadmin, nsq_tail, to_file, to_http, to_nsq, stat   (not built yet)
+  stat         nsq_stat: a channel's totals across its nsqds, every --interval
+  nsqadmin, nsq_tail, to_file, to_http, to_nsq   (not built yet)
 """
 
 
@@ -71,6 +72,12 @@ def _daemon(command: str, app: str, argv: Sequence[str]) -> int:
         return 130
 
 
+def _stat(argv: Sequence[str]) -> int:
+    from trionsq.apps.stat import main as stat_main
+
+    return stat_main(list(argv))
+
+
 def _bench(argv: Sequence[str]) -> int:
     from trionsq.apps.bench import main as bench_main
 
@@ -82,6 +89,8 @@ _COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "nsqlookupd": functools.partial(_daemon, "nsqlookupd", "nsqlookupd"),
     "lookupd": functools.partial(_daemon, "lookupd", "nsqlookupd"),
     "bench": _bench,
+    "stat": _stat,
+    "nsq_stat": _stat,
 }
 
 
