@@ -1,0 +1,381 @@
+"""One V2 connection to nsqd: magic, IDENTIFY, the optional TLS / snappy / deflate upgrade and
+AUTH, then a reader task (frames decoded per `receive_some` batch, heartbeats answered with
+NOP, responses matched in order to outstanding commands) and a writer task that sends every
+buffered command in one `send_all`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..nsqd.transport import DeflateStream, SnappyStream
+from ..protocol import commands
+from ..protocol.frames import (
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    HEARTBEAT,
+    FrameDecodeError,
+    FrameDecoder,
+)
+from .errors import ClientError, ConnectionClosedError, NSQError
+from .options import ConnectionOptions
+
+__all__ = ["Connection", "Reply", "open_stream", "parse_address"]
+
+log = logging.getLogger("trionsq.client")
+
+_RECEIVE_SIZE = 65536
+_HEADER = struct.Struct(">Ii")
+_NOP = commands.nop()
+#: Non-fatal errors answering FIN/REQ/TOUCH: they match no outstanding command.
+_UNMATCHED_ERRORS = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")
+
+MessagesCallback = Callable[["Connection", list[bytes]], None]
+
+
+async def open_stream(host: str, port: int) -> trio.abc.Stream:
+    """How connections are opened: TCP (tests replace it with in-memory streams)."""
+    return await trio.open_tcp_stream(host, port)
+
+
+def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
+    """``"host:port"`` or ``(host, port)`` to ``(host, port)``."""
+    if isinstance(address, tuple):
+        return address
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class Reply:
+    """The outcome of one command that nsqd answers: a response payload or an exception."""
+
+    __slots__ = ("error", "event", "value")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.value: bytes | None = None
+        self.error: BaseException | None = None
+
+    def set(self, value: bytes) -> None:
+        self.value = value
+        self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.event.set()
+
+    async def wait(self) -> bytes:
+        await self.event.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value
+
+
+class _PrefixedStream(trio.abc.Stream):
+    """A stream that first returns bytes already read from the stream beneath."""
+
+    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
+        self.transport_stream = stream
+        self._prefix = prefix
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.transport_stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            await trio.lowlevel.checkpoint()
+            data, self._prefix = self._prefix, b""
+            return data
+        return bytes(await self.transport_stream.receive_some(max_bytes))
+
+    async def aclose(self) -> None:
+        await self.transport_stream.aclose()
+
+
+async def _read_frame(stream: trio.abc.Stream, buf: bytes) -> tuple[int, bytes, bytes]:
+    """One frame during the handshake: ``(type, data, bytes left over)``."""
+    while True:
+        if len(buf) >= 8:
+            size, frame_type = _HEADER.unpack_from(buf)
+            if len(buf) >= 4 + size:
+                return frame_type, buf[8 : 4 + size], buf[4 + size :]
+        data = await stream.receive_some(_RECEIVE_SIZE)
+        if not data:
+            raise ConnectionClosedError("connection closed during the handshake")
+        buf += bytes(data)
+
+
+class Connection:
+    """A connection to one nsqd. Run `run` in a nursery (``await nursery.start(conn.run)``):
+    it returns from `start` once the handshake is done (raising if it failed), and serves
+    until the connection ends, then fails outstanding commands with ConnectionClosedError.
+
+    `send` buffers a command without waiting; `request` sends one nsqd answers and waits for
+    its response. Commands are written in order.
+    """
+
+    def __init__(
+        self,
+        address: str | tuple[str, int],
+        options: ConnectionOptions | None = None,
+        on_messages: MessagesCallback | None = None,
+    ) -> None:
+        self.host, self.port = parse_address(address)
+        self.address = f"{self.host}:{self.port}"
+        self.options = options or ConnectionOptions()
+        self.on_messages = on_messages
+        self.identify_response: dict[str, Any] = {}
+        self.auth_response: dict[str, Any] | None = None
+        self.max_rdy_count = 2500
+        self.closed = False
+        self.closed_event = trio.Event()
+        self.close_reason: BaseException | None = None
+        #: Consumer bookkeeping: RDY last sent, messages not yet FIN'd/REQ'd, last delivery.
+        self.rdy = 0
+        self.in_flight = 0
+        self.last_message_time = 0.0
+        self.rdy_time = 0.0
+        self._stream: trio.abc.Stream | None = None
+        self._out: list[bytes] = []
+        self._out_lot = trio.lowlevel.ParkingLot()
+        self._replies: deque[Reply] = deque()
+        self._leftover = b""
+        self._sending = False
+        self._cancel: trio.CancelScope | None = None
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.address}{' closed' if self.closed else ''}>"
+
+    @property
+    def outstanding(self) -> int:
+        """Commands sent (or buffered) whose response has not arrived yet."""
+        return len(self._replies)
+
+    def oldest_reply(self) -> Reply | None:
+        return self._replies[0] if self._replies else None
+
+    # -- handshake ------------------------------------------------------------------------
+
+    async def _handshake(self) -> None:
+        opts = self.options
+        stream: trio.abc.Stream = await open_stream(self.host, self.port)
+        self._stream = stream
+        await stream.send_all(commands.MAGIC_V2 + commands.identify(opts.identify_body()))
+        frame_type, data, left = await _read_frame(stream, b"")
+        if frame_type == FRAME_TYPE_ERROR:
+            raise NSQError.from_frame(data)
+        if data == b"OK":  # an nsqd without feature negotiation
+            self._leftover = left
+            return
+        info: dict[str, Any] = json.loads(data)
+        self.identify_response = info
+        self.max_rdy_count = int(info.get("max_rdy_count", 2500))
+        if info.get("tls_v1"):
+            ssl_stream = trio.SSLStream(
+                stream,
+                opts.ssl_context_for_client(),
+                server_hostname=opts.tls_server_hostname or self.host,
+            )
+            await ssl_stream.do_handshake()
+            stream = ssl_stream
+            left = await self._expect_ok(stream, left)
+        if info.get("snappy"):
+            stream = SnappyStream(_PrefixedStream(stream, left) if left else stream)
+            left = await self._expect_ok(stream, b"")
+        elif info.get("deflate"):
+            level = int(info.get("deflate_level") or opts.deflate_level)
+            stream = DeflateStream(_PrefixedStream(stream, left) if left else stream, level)
+            left = await self._expect_ok(stream, b"")
+        self._stream = stream
+        if info.get("auth_required"):
+            if opts.auth_secret is None:
+                raise ClientError("nsqd requires AUTH and no auth_secret was given")
+            secret = opts.auth_secret
+            await stream.send_all(
+                commands.auth(secret.encode() if isinstance(secret, str) else secret)
+            )
+            frame_type, data, left = await _read_frame(stream, left)
+            if frame_type == FRAME_TYPE_ERROR:
+                raise NSQError.from_frame(data)
+            self.auth_response = json.loads(data)
+        self._leftover = left
+
+    @staticmethod
+    async def _expect_ok(stream: trio.abc.Stream, buf: bytes) -> bytes:
+        frame_type, data, left = await _read_frame(stream, buf)
+        if frame_type == FRAME_TYPE_ERROR:
+            raise NSQError.from_frame(data)
+        if data != b"OK":
+            raise ClientError(f"unexpected upgrade response {data[:100]!r}")
+        return left
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Connection] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Connect, handshake, report started, then serve until the connection ends."""
+        try:
+            with trio.fail_after(self.options.connect_timeout):
+                await self._handshake()
+        except BaseException as exc:
+            await self._abort(exc)
+            if isinstance(exc, trio.TooSlowError):
+                raise ConnectionClosedError(f"{self.address}: handshake timed out") from exc
+            raise
+        task_status.started(self)
+        reason: BaseException | None = None
+        try:
+            with trio.CancelScope() as self._cancel:
+                if self.closed:
+                    self._cancel.cancel()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer, nursery.cancel_scope)
+                    await self._reader()
+                    nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ClientError) as exc:
+            reason = exc
+        except FrameDecodeError as exc:
+            reason = exc
+        except BaseExceptionGroup as group:
+            reason = group
+            if group.subgroup(trio.Cancelled) is not None:
+                await self._abort(group)
+                raise
+        finally:
+            await self._abort(reason)
+
+    async def _abort(self, reason: BaseException | None) -> None:
+        if self.close_reason is None:
+            self.close_reason = reason
+        self.closed = True
+        error = ConnectionClosedError(f"connection to {self.address} closed")
+        if reason is not None and not isinstance(reason, trio.Cancelled):
+            error.__cause__ = reason
+        while self._replies:
+            self._replies.popleft().fail(error)
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.aclose_forcefully(stream)
+                except Exception:  # pragma: no cover - closing a broken stream
+                    pass
+        self.closed_event.set()
+
+    async def _reader(self) -> None:
+        stream = self._stream
+        assert stream is not None
+        decoder = FrameDecoder()
+        replies = self._replies
+        on_messages = self.on_messages
+        if self._leftover:
+            decoder.feed(self._leftover)
+            self._leftover = b""
+        else:
+            data = await stream.receive_some(_RECEIVE_SIZE)
+            if not data:
+                return
+            decoder.feed(bytes(data))
+        while True:
+            messages: list[bytes] = []
+            while (frame := decoder.next_frame()) is not None:
+                frame_type, payload = frame
+                if frame_type == FRAME_TYPE_MESSAGE:
+                    messages.append(payload)
+                elif frame_type == FRAME_TYPE_RESPONSE:
+                    if payload == HEARTBEAT:
+                        self.send(_NOP)
+                    elif replies:
+                        replies.popleft().set(payload)
+                    else:
+                        log.warning("%s: unexpected response %r", self.address, payload[:100])
+                elif frame_type == FRAME_TYPE_ERROR:
+                    self._on_error(payload)
+                else:
+                    raise FrameDecodeError(f"unknown frame type {frame_type}")
+            if messages and on_messages is not None:
+                self.last_message_time = trio.current_time()
+                on_messages(self, messages)
+            data = await stream.receive_some(_RECEIVE_SIZE)
+            if not data:
+                return
+            decoder.feed(bytes(data))
+
+    def _on_error(self, payload: bytes) -> None:
+        error = NSQError.from_frame(payload)
+        if payload.startswith(_UNMATCHED_ERRORS):
+            log.warning("%s: %s", self.address, error)
+        elif self._replies:
+            self._replies.popleft().fail(error)
+        else:
+            log.error("%s: %s", self.address, error)
+        if error.fatal:
+            # nsqd closes the connection after a fatal error: no more commands on it.
+            self.close_reason = error
+            self.close()
+
+    async def _writer(self, cancel_scope: trio.CancelScope) -> None:
+        stream = self._stream
+        assert stream is not None
+        lot = self._out_lot
+        while True:
+            if not self._out:
+                await lot.park()
+                continue
+            out, self._out = self._out, []
+            self._sending = True
+            await stream.send_all(out[0] if len(out) == 1 else b"".join(out))
+            self._sending = False
+
+    # -- commands -------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """Queue a command (written by the writer task, batched with others)."""
+        if self.closed:
+            raise ConnectionClosedError(f"connection to {self.address} is closed")
+        self._out.append(data)
+        if len(self._out) == 1:
+            self._out_lot.unpark_all()
+
+    def send_expecting(self, data: bytes, reply: Reply) -> None:
+        """Queue a command nsqd answers; `reply` gets its response or error."""
+        self.send(data)
+        self._replies.append(reply)
+
+    async def request(self, data: bytes) -> bytes:
+        """Send a command nsqd answers and wait for its response (NSQError on an error)."""
+        reply = Reply()
+        self.send_expecting(data, reply)
+        return await reply.wait()
+
+    def close(self) -> None:
+        """Close the connection now (outstanding commands fail)."""
+        self.closed = True
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    async def flush(self, timeout: float = 1.0) -> None:
+        """Wait (at most `timeout`) until every buffered command has been written."""
+        with trio.move_on_after(timeout):
+            while (self._out or self._sending) and not self.closed:
+                await trio.sleep(0.001)
+
+    async def aclose(self) -> None:
+        """Write what is buffered (briefly), then close."""
+        await self.flush()
+        self.close()
+        await self.closed_event.wait()
