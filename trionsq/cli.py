@@ -1,6 +1,6 @@
 """The `trionsq` command: `trionsq <daemon-or-app> [NSQ-compatible flags]`, dispatching to nsqd,
-nsqlookupd, the bench tool and (later) the other NSQ programs, with Go's exit codes and one-line
-errors."""
+nsqlookupd, the bench tool and the bundled NSQ apps (also under Go's binary names), with Go's
+exit codes and one-line errors."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from trionsq.version import version_string
 __all__ = ["main", "version_string"]
 
 #: Programs named on the roadmap but not built yet.
-PLANNED = ("nsqadmin", "nsq_tail", "tail", "to_file", "to_http", "to_nsq")
+PLANNED = ("nsqadmin",)
 
 _USAGE = """\
 usage: trionsq <command> [flags]
@@ -26,7 +26,12 @@ commands:
   nsqlookupd   the directory service nsqds register with (also: lookupd)
   bench        throughput / latency / memory benchmarks
   stat         nsq_stat: a channel's totals across its nsqds, every --interval
-  nsqadmin, nsq_tail, to_file, to_http, to_nsq   (not built yet)
+  tail         nsq_tail: print a topic's messages to stdout (also: nsq_tail)
+  to_nsq       publish stdin, split on --delimiter, to a topic
+  to_file      nsq_to_file: archive topics to (gzipped, rotated) files (also: nsq_to_file)
+  to_http      nsq_to_http: GET/POST each message to HTTP endpoints (also: nsq_to_http)
+  nsq_to_nsq   relay topics from one cluster to other nsqds
+  nsqadmin     (not built yet)
 """
 
 
@@ -78,6 +83,13 @@ def _stat(argv: Sequence[str]) -> int:
     return stat_main(list(argv))
 
 
+def _app(module: str, command: str, argv: Sequence[str]) -> int:
+    import importlib
+
+    app_main = importlib.import_module(f"trionsq.apps.{module}").main
+    return int(app_main(list(argv), command))
+
+
 def _bench(argv: Sequence[str]) -> int:
     from trionsq.apps.bench import main as bench_main
 
@@ -91,6 +103,19 @@ _COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "bench": _bench,
     "stat": _stat,
     "nsq_stat": _stat,
+    **{
+        name: functools.partial(_app, module, name)
+        for name, module in (
+            ("tail", "tail"),
+            ("nsq_tail", "tail"),
+            ("to_nsq", "to_nsq"),
+            ("to_file", "to_file"),
+            ("nsq_to_file", "to_file"),
+            ("to_http", "to_http"),
+            ("nsq_to_http", "to_http"),
+            ("nsq_to_nsq", "nsq_to_nsq"),
+        )
+    },
 }
 
 

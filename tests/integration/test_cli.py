@@ -107,7 +107,7 @@ def test_unknown_command() -> None:
     assert "frobnicate" in lines[0]
 
 
-@pytest.mark.parametrize("name", ["nsqadmin", "to_file", "tail"])
+@pytest.mark.parametrize("name", ["nsqadmin"])
 def test_planned_commands(name: str) -> None:
     proc = _run(name)
     assert proc.returncode == 2
