@@ -8,6 +8,7 @@ import trio
 
 from tests.unit.client_fakes import FakeConn, install
 from trionsq.client import Connection, ConnectionClosedError, NSQError, Producer
+from trionsq.client.options import ConnectionOptions
 
 
 async def test_responses_match_commands_in_order_and_heartbeats_get_nop(
@@ -150,3 +151,23 @@ async def test_local_checks_carry_nsq_codes(
         with pytest.raises(NSQError) as info:
             await producer.mpub("no good", [b"x"])
         assert info.value.code == "E_BAD_TOPIC"
+
+
+async def test_a_silent_nsqd_is_dropped_after_two_missed_heartbeats(
+    monkeypatch: pytest.MonkeyPatch, nursery: trio.Nursery, autojump_clock: trio.abc.Clock
+) -> None:
+    fake = install(monkeypatch, nursery)
+
+    async def silent(conn: FakeConn, name: bytes, params: list[bytes], body: bytes | None) -> None:
+        if name == b"IDENTIFY":
+            await conn.respond(b"OK")
+        # anything else: never answered, and no heartbeats either
+
+    fake.behaviour = silent
+    conn = Connection("fake:1", ConnectionOptions(heartbeat_interval=5.0))
+    await nursery.start(conn.run)
+    start = trio.current_time()
+    with pytest.raises(ConnectionClosedError):
+        await conn.request(b"NOP\n" + b"PUB t\n" + (1).to_bytes(4, "big") + b"x")
+    assert 10.0 <= trio.current_time() - start < 11.0
+    assert "missed heartbeats" in str(conn.close_reason)

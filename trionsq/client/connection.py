@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -282,14 +283,10 @@ class Connection:
         decoder = FrameDecoder()
         replies = self._replies
         on_messages = self.on_messages
-        if self._leftover:
-            decoder.feed(self._leftover)
-            self._leftover = b""
-        else:
-            data = await stream.receive_some(_RECEIVE_SIZE)
-            if not data:
-                return
-            decoder.feed(bytes(data))
+        interval = self.options.heartbeat_interval
+        read_timeout = 2 * interval if interval > 0 else math.inf
+        decoder.feed(self._leftover)
+        self._leftover = b""
         while True:
             messages: list[bytes] = []
             while (frame := decoder.next_frame()) is not None:
@@ -310,7 +307,16 @@ class Connection:
             if messages and on_messages is not None:
                 self.last_message_time = trio.current_time()
                 on_messages(self, messages)
-            data = await stream.receive_some(_RECEIVE_SIZE)
+            # nsqd sends a heartbeat every heartbeat_interval when it has nothing else to
+            # send: two missed mean the connection is dead (a partition, a frozen nsqd).
+            with trio.move_on_after(read_timeout) as deadline:
+                data = await stream.receive_some(_RECEIVE_SIZE)
+            if deadline.cancelled_caught:
+                self.close_reason = ConnectionClosedError(
+                    f"{self.address}: nothing received for {read_timeout:g} s (missed heartbeats)"
+                )
+                log.error("%s", self.close_reason)
+                return
             if not data:
                 return
             decoder.feed(bytes(data))
