@@ -255,4 +255,6 @@ async def test_pings_keep_their_interval_while_notifications_flow(nursery, tmp_p
         n += 1
         await trio.sleep(0.05)
     await fake.wait_for(lambda: len(registrations(fake)) == n)
-    assert 2 <= fake.lines.count("PING") <= 4
+    # 1 s of notifications at a 0.3 s interval: PINGs still go out (a timer restarted by
+    # each notification would send none); a loaded machine may run fewer loop turns.
+    assert 1 <= fake.lines.count("PING") <= 4

@@ -249,6 +249,43 @@ async def test_deflate_end_of_stream_and_eof_read_as_eof() -> None:
     assert await stream2.receive_some(100) == b""
 
 
+async def test_deflate_bytes_after_the_final_block_end_the_stream_without_spinning() -> None:
+    # Fuzz finding (fuzz/regressions/deflate/): output limited by max_bytes up to the final
+    # block left the trailing bytes in zlib's unconsumed_tail; receive_some then decompressed
+    # them to b"" forever, blocking the event loop.
+    left, right = trio.testing.memory_stream_pair()
+    stream = DeflateStream(right, 6)
+    body = os.urandom(500)
+    await left.send_all(_raw_deflate_final(body) + b"trailing bytes")
+    got = b""
+    with trio.fail_after(5):
+        while chunk := await stream.receive_some(7):
+            got += chunk
+    assert got == body
+
+
+async def test_deflate_output_zlib_holds_back_is_returned_before_reading_on() -> None:
+    # Fuzz finding (fuzz/regressions/deflate/): when a receive_some filled max_bytes just as
+    # its input ran out, zlib kept decoded output back; the next call read from the socket
+    # instead (a stall until the peer sent more, or the output lost at the end).
+    wire = _raw_deflate_final(b"x" * 20_000)
+    left, right = trio.testing.lockstep_stream_pair()
+    stream = DeflateStream(right, 6)
+
+    async def peer() -> None:
+        await left.send_all(wire[:1])
+        await left.send_all(wire[1:])
+        await left.send_eof()
+
+    got = b""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(peer)
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some(100):
+                got += chunk
+    assert got == b"x" * 20_000
+
+
 def _raw_deflate_final(data: bytes) -> bytes:
     compressor = zlib.compressobj(6, zlib.DEFLATED, -15)
     return compressor.compress(data) + compressor.flush()

@@ -203,6 +203,9 @@ class DeflateStream(trio.abc.Stream):
         self.level = level
         self._compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
         self._decompressor = zlib.decompressobj(-15)
+        # The last receive_some filled its limit: zlib may hold decoded output back even
+        # with no input left (fuzz finding), so the next one asks it before reading.
+        self._full = False
         self._sending = _Busy("sending")
         self._receiving = _Busy("receiving")
 
@@ -224,12 +227,16 @@ class DeflateStream(trio.abc.Stream):
         with self._receiving:
             decompressor = self._decompressor
             tail = decompressor.unconsumed_tail
-            if tail:
+            full, self._full = self._full, False
+            if tail or full:
                 await trio.lowlevel.checkpoint()
             while True:
-                if not tail:
-                    if decompressor.eof:
-                        return b""  # the peer's DEFLATE stream ended (its final block)
+                # The peer's DEFLATE stream ended (its final block). Checked even with input
+                # left: zlib may keep bytes after the final block in unconsumed_tail, and
+                # decompressing them again yields nothing, forever (fuzz finding).
+                if decompressor.eof:
+                    return b""
+                if not tail and not full:
                     data = await self.transport_stream.receive_some(RECEIVE_SIZE)
                     if not data:
                         return b""
@@ -239,7 +246,9 @@ class DeflateStream(trio.abc.Stream):
                 except zlib.error as err:
                     raise TransportError(f"flate: corrupt input - {err}") from None
                 if out:
+                    self._full = len(out) >= limit
                     return out
+                full = False
                 tail = decompressor.unconsumed_tail
 
     async def aclose(self) -> None:
