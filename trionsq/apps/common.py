@@ -55,6 +55,16 @@ def repeatable(name: str, help_: str, attr: str | None = None) -> Flag:
     return Flag(name, STRINGS, [], help_, field=attr, cfg=None, parse=_one)
 
 
+def consumer_opt_flag() -> Flag:
+    """``--consumer-opt``, as every consuming app has it."""
+    return repeatable(
+        "consumer-opt",
+        "option to passthrough to nsq.Consumer (may be given multiple times, "
+        "http://godoc.org/github.com/nsqio/go-nsq#Config)",
+        "consumer_opts",
+    )
+
+
 def version_flag() -> Flag:
     return Flag("version", BOOL, False, "print version string", cfg=None)
 

@@ -24,6 +24,7 @@ from .common import (
     check_sources,
     cli,
     config_options,
+    consumer_opt_flag,
     repeatable,
     version_flag,
     wait_for_signal,
@@ -81,12 +82,7 @@ def tail_flagset() -> FlagSet:
                 "lookupd_http_addresses",
             ),
             repeatable("topic", "NSQ topic (may be given multiple times)", "topics"),
-            repeatable(
-                "consumer-opt",
-                "option to passthrough to nsq.Consumer (may be given multiple times, "
-                "http://godoc.org/github.com/nsqio/go-nsq#Config)",
-                "consumer_opts",
-            ),
+            consumer_opt_flag(),
         ],
     )
 

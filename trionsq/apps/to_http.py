@@ -31,6 +31,7 @@ from .common import (
     check_sources,
     cli,
     config_options,
+    consumer_opt_flag,
     repeatable,
     version_flag,
     wait_for_signal,
@@ -179,12 +180,7 @@ def to_http_flagset() -> FlagSet:
                 "lookupd HTTP address (may be given multiple times)",
                 "lookupd_http_addresses",
             ),
-            repeatable(
-                "consumer-opt",
-                "option to passthrough to nsq.Consumer (may be given multiple times, "
-                "http://godoc.org/github.com/nsqio/go-nsq#Config)",
-                "consumer_opts",
-            ),
+            consumer_opt_flag(),
         ],
     )
 
