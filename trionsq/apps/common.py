@@ -55,6 +55,22 @@ def repeatable(name: str, help_: str, attr: str | None = None) -> Flag:
     return Flag(name, STRINGS, [], help_, field=attr, cfg=None, parse=_one)
 
 
+def source_flags() -> list[Flag]:
+    """``--nsqd-tcp-address`` and ``--lookupd-http-address``: where a consuming app reads."""
+    return [
+        repeatable(
+            "nsqd-tcp-address",
+            "nsqd TCP address (may be given multiple times)",
+            "nsqd_tcp_addresses",
+        ),
+        repeatable(
+            "lookupd-http-address",
+            "lookupd HTTP address (may be given multiple times)",
+            "lookupd_http_addresses",
+        ),
+    ]
+
+
 def consumer_opt_flag() -> Flag:
     """``--consumer-opt``, as every consuming app has it."""
     return repeatable(

@@ -26,6 +26,7 @@ from .common import (
     config_options,
     consumer_opt_flag,
     repeatable,
+    source_flags,
     version_flag,
     wait_for_signal,
 )
@@ -71,16 +72,7 @@ def tail_flagset() -> FlagSet:
             Flag(
                 "print-topic", BOOL, False, "print topic name where message was received", cfg=None
             ),
-            repeatable(
-                "nsqd-tcp-address",
-                "nsqd TCP address (may be given multiple times)",
-                "nsqd_tcp_addresses",
-            ),
-            repeatable(
-                "lookupd-http-address",
-                "lookupd HTTP address (may be given multiple times)",
-                "lookupd_http_addresses",
-            ),
+            *source_flags(),
             repeatable("topic", "NSQ topic (may be given multiple times)", "topics"),
             consumer_opt_flag(),
         ],

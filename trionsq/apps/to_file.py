@@ -40,6 +40,7 @@ from .common import (
     config_options,
     consumer_opt_flag,
     repeatable,
+    source_flags,
     version_flag,
     wait_for_signal,
 )
@@ -169,16 +170,7 @@ def to_file_flagset() -> FlagSet:
             f("sync-interval", DURATION, 30.0, "sync file to disk every duration"),
             f("http-client-connect-timeout", DURATION, 2.0, "timeout for HTTP connect"),
             f("http-client-request-timeout", DURATION, 5.0, "timeout for HTTP request"),
-            repeatable(
-                "nsqd-tcp-address",
-                "nsqd TCP address (may be given multiple times)",
-                "nsqd_tcp_addresses",
-            ),
-            repeatable(
-                "lookupd-http-address",
-                "lookupd HTTP address (may be given multiple times)",
-                "lookupd_http_addresses",
-            ),
+            *source_flags(),
             repeatable("topic", "nsq topic (may be given multiple times)", "topics"),
             consumer_opt_flag(),
         ],

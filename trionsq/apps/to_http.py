@@ -33,6 +33,7 @@ from .common import (
     config_options,
     consumer_opt_flag,
     repeatable,
+    source_flags,
     version_flag,
     wait_for_signal,
 )
@@ -170,16 +171,7 @@ def to_http_flagset() -> FlagSet:
                 "HTTP address to make a GET request to. '%s' will be printf replaced with "
                 "data (may be given multiple times)",
             ),
-            repeatable(
-                "nsqd-tcp-address",
-                "nsqd TCP address (may be given multiple times)",
-                "nsqd_tcp_addresses",
-            ),
-            repeatable(
-                "lookupd-http-address",
-                "lookupd HTTP address (may be given multiple times)",
-                "lookupd_http_addresses",
-            ),
+            *source_flags(),
             consumer_opt_flag(),
         ],
     )
