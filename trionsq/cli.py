@@ -13,9 +13,6 @@ from trionsq.version import version_string
 
 __all__ = ["main", "version_string"]
 
-#: Programs named on the roadmap but not built yet.
-PLANNED = ("nsqadmin",)
-
 _USAGE = """\
 usage: trionsq <command> [flags]
 
@@ -31,7 +28,8 @@ commands:
   to_file      nsq_to_file: archive topics to (gzipped, rotated) files (also: nsq_to_file)
   to_http      nsq_to_http: GET/POST each message to HTTP endpoints (also: nsq_to_http)
   nsq_to_nsq   relay topics from one cluster to other nsqds
-  nsqadmin     (not built yet)
+  spark        Spark jobs: archive a topic to Parquet, replay an archive (trionsq spark --help)
+  nsqadmin     the web UI and admin API over nsqlookupd / nsqd (also: admin)
 """
 
 
@@ -41,14 +39,20 @@ def _err(message: str) -> None:
 
 
 def _daemon(command: str, app: str, argv: Sequence[str]) -> int:
-    """Parse, validate and run a daemon (`app`: ``nsqd`` or ``nsqlookupd``) as Go's does: exit 2
-    for bad flags, 1 for invalid values, `--version` and `--help` answered at once."""
+    """Parse, validate and run a daemon (`app`: ``nsqd``, ``nsqlookupd`` or ``nsqadmin``) as
+    Go's does: exit 2 for bad flags, 1 for invalid values, `--version` and `--help` answered at
+    once."""
     from trionsq.logs import setup_logging
     from trionsq.options import FlagError, HelpRequested, ValidationError
 
     if app == "nsqd":
         from trionsq.nsqd.main import run
         from trionsq.nsqd.options import parse_nsqd_args as parse
+    elif app == "nsqadmin":
+        from trionsq.nsqadmin.main import run  # type: ignore[assignment]
+        from trionsq.nsqadmin.options import (  # type: ignore[assignment]
+            parse_nsqadmin_args as parse,
+        )
     else:
         from trionsq.nsqlookupd.main import run  # type: ignore[assignment]
         from trionsq.nsqlookupd.options import (  # type: ignore[assignment]
@@ -90,6 +94,12 @@ def _app(module: str, command: str, argv: Sequence[str]) -> int:
     return int(app_main(list(argv), command))
 
 
+def _spark(argv: Sequence[str]) -> int:
+    from trionsq.spark.cli import main as spark_main
+
+    return spark_main(list(argv))
+
+
 def _bench(argv: Sequence[str]) -> int:
     from trionsq.apps.bench import main as bench_main
 
@@ -100,7 +110,10 @@ _COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "nsqd": functools.partial(_daemon, "nsqd", "nsqd"),
     "nsqlookupd": functools.partial(_daemon, "nsqlookupd", "nsqlookupd"),
     "lookupd": functools.partial(_daemon, "lookupd", "nsqlookupd"),
+    "nsqadmin": functools.partial(_daemon, "nsqadmin", "nsqadmin"),
+    "admin": functools.partial(_daemon, "admin", "nsqadmin"),
     "bench": _bench,
+    "spark": _spark,
     "stat": _stat,
     "nsq_stat": _stat,
     **{
@@ -136,8 +149,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = _COMMANDS.get(command)
     if handler is not None:
         return handler(rest)
-    if command in PLANNED:
-        _err(f"trionsq: {command} is not built yet")
-        return 2
     _err(f"trionsq: unknown command {command!r} (see trionsq --help)")
     return 2

@@ -3,7 +3,7 @@
 The daemon logs ``TCP: listening on HOST:PORT`` (and ``HTTP: ...``, ``HTTPS: ...``) on stderr,
 as Go nsqd and nsqlookupd do; `DaemonProcess` reads those lines to learn its addresses. nsqd
 gets a temporary data path, nsqlookupd ``--broadcast-address=127.0.0.1`` unless the arguments
-name one.
+name one; nsqadmin (HTTP only) ``--http-address=127.0.0.1:0``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ class DaemonProcess:
             argv += ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"]
             if not any(_is_flag(arg, "broadcast-address") for arg in args):
                 argv.append("--broadcast-address=127.0.0.1")
+        elif daemon in ("nsqadmin", "admin"):
+            argv.append("--http-address=127.0.0.1:0")
         argv += list(args)
         self.argv = argv
         self.data_path = data_path
@@ -65,7 +67,9 @@ class DaemonProcess:
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + startup_timeout
-        while "TCP" not in self.addresses:
+        # nsqadmin has no TCP listener: its HTTP line says it is up.
+        ready = "HTTP" if daemon in ("nsqadmin", "admin") else "TCP"
+        while ready not in self.addresses:
             if self.proc.poll() is not None:
                 self._reader.join(1)
                 raise RuntimeError(

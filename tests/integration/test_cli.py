@@ -107,13 +107,6 @@ def test_unknown_command() -> None:
     assert "frobnicate" in lines[0]
 
 
-@pytest.mark.parametrize("name", ["nsqadmin"])
-def test_planned_commands(name: str) -> None:
-    proc = _run(name)
-    assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [f"trionsq: {name} is not built yet"]
-
-
 def test_no_command_prints_usage_exit_2() -> None:
     proc = _run()
     assert proc.returncode == 2

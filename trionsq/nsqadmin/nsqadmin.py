@@ -1,0 +1,152 @@
+"""`NSQAdmin`: the daemon and its nursery tree.
+
+```
+NSQAdmin.run()  root nursery
+ ├─ HTTP server (hypercorn): pages, static files, JSON API, actions, /config
+ └─ notification sender (only with --notification-http-endpoint)
+```
+One httpx client (Trio backend) is shared by every request to nsqd and nsqlookupd. The options
+are read per request (``PUT /config/...`` swaps them), so `NSQAdmin.options` is the live value.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import ssl
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from ..daemon import StartupError, first_leaf
+from ..nsqd.addresses import split_host_port
+from ..version import version_string
+from .cluster import ClusterInfo
+from .http_api import serve_http
+from .index import DEFAULT_STATIC_DIR
+from .notify import Notifier
+from .options import NSQAdminOptions
+from .upstream import UpstreamClient, build_ssl_context
+
+__all__ = ["NSQAdmin"]
+
+log = logging.getLogger("trionsq.nsqadmin")
+
+
+def _listen_failed(address: str, err: BaseException) -> StartupError:
+    reason = getattr(err, "strerror", None) or err
+    return StartupError(f"listen ({address}) failed - {reason}")
+
+
+def _client_ssl_context(options: NSQAdminOptions) -> ssl.SSLContext:
+    """Go's httpClientTLSConfig, with Go's startup error texts."""
+    try:
+        context = build_ssl_context(options.http_client_tls_insecure_skip_verify, "", "", "")
+    except (OSError, ssl.SSLError) as exc:  # pragma: no cover - no files involved
+        raise StartupError(str(exc)) from None
+    cert, key = options.http_client_tls_cert, options.http_client_tls_key
+    if cert and key:
+        try:
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(f"failed to LoadX509KeyPair {cert}, {key} - {exc}") from None
+    ca_file = options.http_client_tls_root_ca_file
+    if ca_file:
+        try:
+            context.load_verify_locations(cafile=ca_file)
+        except FileNotFoundError as exc:
+            raise StartupError(f"failed to read TLS root CA file {ca_file} - {exc}") from None
+        except (OSError, ssl.SSLError):
+            raise StartupError(f"failed to AppendCertsFromPEM {ca_file}") from None
+    return context
+
+
+class NSQAdmin:
+    """One nsqadmin: `run` serves until `request_exit`."""
+
+    def __init__(self, options: NSQAdminOptions, static_dir: Path | None = None) -> None:
+        """`options` must be validated; `static_dir` overrides the frontend's folder
+        (``--dev-static-dir`` does too)."""
+        self.options = options
+        if static_dir is None:
+            static_dir = Path(options.dev_static_dir) if options.dev_static_dir else None
+        self.static_dir = static_dir or DEFAULT_STATIC_DIR
+        self.notifier = Notifier()
+        self._cluster: ClusterInfo | None = None
+        #: The bound ``(host, port)`` of the HTTP listener, once `run` has started.
+        self.http_address: tuple[str, int] | None = None
+        self._exit = trio.Event()
+        self._exited = trio.Event()
+
+    @property
+    def cluster(self) -> ClusterInfo:
+        assert self._cluster is not None, "NSQAdmin is not running"
+        return self._cluster
+
+    @property
+    def http_port(self) -> int:
+        return self.http_address[1] if self.http_address else 0
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, serve until `request_exit`, then stop."""
+        opts = self.options
+        context = _client_ssl_context(opts)
+        log.info("%s", version_string("nsqadmin"))
+        timeout = UpstreamClient.timeout(
+            opts.http_client_connect_timeout, opts.http_client_request_timeout
+        )
+        try:
+            async with (
+                httpx.AsyncClient(timeout=timeout, verify=context, trust_env=False) as client,
+                trio.open_nursery() as nursery,
+            ):
+                upstream = UpstreamClient(
+                    client, opts.http_client_connect_timeout, opts.http_client_request_timeout
+                )
+                self._cluster = ClusterInfo(upstream, lambda: self.options)
+                await self._start_http(nursery)
+                if self.http_address is not None:
+                    host, port = self.http_address
+                    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                    log.info("HTTP: listening on %s", shown)
+                if opts.notification_http_endpoint:
+                    await nursery.start(
+                        functools.partial(
+                            self.notifier.run,
+                            opts.notification_http_endpoint,
+                            opts.http_client_connect_timeout,
+                            opts.http_client_request_timeout,
+                        ),
+                        name="notifications",
+                    )
+                task_status.started(self)
+                await self._exit.wait()
+                log.info("HTTP: closing %s", opts.http_address)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._exited.set()
+
+    async def _start_http(self, nursery: trio.Nursery) -> None:
+        address = self.options.http_address
+        try:
+            host, port = split_host_port(address or ":0")
+            bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            urls = await nursery.start(functools.partial(serve_http, self, bind), name="http")
+        except (OSError, ValueError) as err:
+            raise _listen_failed(address, err) from err
+        except BaseExceptionGroup as group:
+            matched, rest = group.split((OSError, ValueError))
+            if matched is None or rest is not None:
+                raise
+            raise _listen_failed(address, first_leaf(matched)) from group
+        bound_host, _, bound_port = urls[0].rpartition(":")
+        self.http_address = (bound_host.removeprefix("http://").strip("[]"), int(bound_port))
+
+    def request_exit(self) -> None:
+        """Begin the shutdown (idempotent)."""
+        self._exit.set()
+
+    async def wait_exited(self) -> None:
+        await self._exited.wait()
