@@ -248,6 +248,7 @@ def test_topics_summary() -> None:
         "message_count": 150,
         "in_flight_count": 4,
         "deferred_count": 2,
+        "channel_depth": 17,
         "channel_count": 1,
         "node_count": 2,
         "paused": True,

@@ -38,6 +38,7 @@ def _config(**overrides: object) -> dict[str, object]:
         statsd_prefix="nsq.%s",
         statsd_counter_format="stats.counters.%s.count",
         statsd_gauge_format="stats.gauges.%s",
+        acl_http_header="X-Forwarded-User",
     )
     values.update(overrides)
     return index_config(**values)  # type: ignore[arg-type]
@@ -66,6 +67,7 @@ def test_render_index_substitutes_both_placeholders() -> None:
         "statsdPrefix": "nsq.%s",
         "statsdCounterFormat": "stats.counters.%s.count",
         "statsdGaugeFormat": "stats.gauges.%s",
+        "aclHttpHeader": "X-Forwarded-User",
     }
 
 

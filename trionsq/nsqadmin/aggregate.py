@@ -615,6 +615,7 @@ def _empty_summary() -> Json:
         "message_count": 0,
         "in_flight_count": 0,
         "deferred_count": 0,
+        "channel_depth": 0,
         "channel_count": 0,
         "node_count": 0,
         "paused": False,
@@ -623,7 +624,9 @@ def _empty_summary() -> Json:
 
 def topics_summary(topic_names: Iterable[str], stats_answers: Iterable[Json]) -> Json:
     """Extension (b), ``/api/topics?stats=true``: per topic, sums over the nsqds' ``/stats``
-    answers (`stats_answers`, one per nsqd); every name of `topic_names` gets an entry."""
+    answers (`stats_answers`, one per nsqd); every name of `topic_names` gets an entry.
+    ``channel_depth`` is the backlog summed over the topic's channels (a topic whose channels
+    took its messages has depth 0)."""
     summary: dict[str, Json] = {name: _empty_summary() for name in topic_names}
     channel_names: dict[str, set[str]] = {}
     for stats in stats_answers:
@@ -648,6 +651,7 @@ def topics_summary(topic_names: Iterable[str], stats_answers: Iterable[Json]) ->
                     continue
                 entry["in_flight_count"] += _int(channel.get("in_flight_count"))
                 entry["deferred_count"] += _int(channel.get("deferred_count"))
+                entry["channel_depth"] += _int(channel.get("depth"))
                 names.add(_str(channel.get("channel_name")))
     for name, names in channel_names.items():
         summary[name]["channel_count"] = len(names)

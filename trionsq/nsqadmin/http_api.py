@@ -231,6 +231,7 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
             statsd_prefix=o.statsd_prefix,
             statsd_counter_format=o.statsd_counter_format,
             statsd_gauge_format=o.statsd_gauge_format,
+            acl_http_header=o.acl_http_header,
         )
         return Response(
             render_index(template, prefix, config),

@@ -88,6 +88,7 @@ def index_config(
     statsd_prefix: str,
     statsd_counter_format: str,
     statsd_gauge_format: str,
+    acl_http_header: str,
 ) -> dict[str, Any]:
     """The ``{{NSQADMIN_CONFIG}}`` object (see docs/nsqadmin.md for the contract)."""
     return {
@@ -103,6 +104,7 @@ def index_config(
         "statsdPrefix": statsd_prefix,
         "statsdCounterFormat": statsd_counter_format,
         "statsdGaugeFormat": statsd_gauge_format,
+        "aclHttpHeader": acl_http_header,
     }
 
 
