@@ -1,0 +1,251 @@
+// A channel: its numbers per nsqd, its clients (address, user agent, TLS / snappy / deflate /
+// auth identity, ready count, in flight, finished, requeued, connected for) and its actions.
+
+import { api, isNotFound } from "../api.js";
+import { h, render } from "../dom.js";
+import { config, enc } from "../config.js";
+import { RateTracker, sparkline } from "../chart.js";
+import { commafy, connectedFor } from "../format.js";
+import { runAction } from "../actions.js";
+import { unansweredMap } from "../banners.js";
+import {
+  actionBar,
+  badge,
+  e2eCells,
+  e2eHeaders,
+  empty,
+  link,
+  memDisk,
+  nodePath,
+  notAnsweringBadge,
+  num,
+  pausedBadge,
+  quantiles,
+  topicPath,
+} from "./common.js";
+
+let topic = "";
+let channel = "";
+
+export function mount(root, params, ctx) {
+  topic = params.topic;
+  channel = params.channel;
+  document.title = `${topic} / ${channel} · nsqadmin`;
+  const rates = new RateTracker();
+  const title = h("h1", { testid: "page-title" });
+  const actions = h("div");
+  const body = h("div", { testid: "channel-body" });
+  root.append(
+    h("nav.crumbs", link("/topics", "Topics"), h("span", "›"), link(topicPath(topic), topic, { testid: "crumb-topic" }), h("span", "›"), h("span", channel)),
+    h("div.page-head", title, actions),
+    body,
+  );
+  render(title, h("span.kind", "Channel "), channel, h("span.kind", " of topic "), topic);
+
+  ctx.poll(async () => {
+    let data;
+    try {
+      data = await api.get(`/topics/${enc(topic)}/${enc(channel)}`);
+    } catch (err) {
+      if (isNotFound(err)) {
+        render(actions);
+        render(body, empty(`Channel ${channel} of topic ${topic} does not exist on any nsqd.`, "not-found"));
+        return {};
+      }
+      throw err;
+    }
+    const now = performance.now();
+    const down = unansweredMap(data.errors);
+    const nodes = data.nodes || [];
+    const clients = [...(data.clients || [])].sort(
+      (a, b) => String(a.node).localeCompare(String(b.node)) || String(a.hostname).localeCompare(String(b.hostname)),
+    );
+    render(title, h("span.kind", "Channel "), channel, h("span.kind", " of topic "), topic, " ", pausedBadge(data.paused));
+    render(
+      actions,
+      nodes.length
+        ? actionBar([
+            data.paused
+              ? { action: "unpause", label: "Unpause channel", kind: "ok" }
+              : { action: "pause", label: "Pause channel", kind: "primary" },
+            { action: "empty", label: "Empty channel", kind: "warn" },
+            { action: "delete", label: "Delete channel", kind: "danger" },
+          ])
+        : null,
+    );
+
+    const qs = quantiles(data.e2e_processing_latency, ...nodes.map((n) => n.e2e_processing_latency));
+    const statCells = (s) => [
+      num(s.depth, "depth"),
+      memDisk(s),
+      num(s.in_flight_count, "in-flight"),
+      num(s.deferred_count, "deferred"),
+      num(s.requeue_count, "requeued"),
+      num(s.timeout_count, "timed-out"),
+      num(s.message_count, "messages"),
+      num(s.client_count, "connections"),
+    ];
+    const nodeRows = nodes.map((n) =>
+      h(
+        "tr",
+        { testid: "node-row", data: { node: n.node, key: n.node } },
+        h("td.name", link(nodePath(n.node), n.node, { testid: "node-link" }), n.hostname && n.hostname !== n.node ? h("span.host", n.hostname) : null, " ", pausedBadge(n.paused)),
+        h("td.chart", sparkline(rates.observe(`node:${n.node}`, n.message_count, now).points, { title: `${n.node} msgs/s` })),
+        ...statCells(n),
+        ...e2eCells(n.e2e_processing_latency, qs),
+      ),
+    );
+    const shown = new Set(nodes.map((n) => n.node));
+    for (const [address, error] of down) {
+      if (shown.has(address) || config.nsqlookupd.includes(address)) continue;
+      nodeRows.push(
+        h(
+          "tr.down",
+          { testid: "node-row", data: { node: address, key: address, down: "true" } },
+          h("td.name", link(nodePath(address), address)),
+          h("td.muted", { colspan: 9 + qs.length }, notAnsweringBadge(error), ` ${error}`),
+        ),
+      );
+    }
+    const nodeTable = h(
+      "table.grid",
+      { testid: "channel-nodes" },
+      h(
+        "thead",
+        qs.length ? h("tr.group", h("th", { colspan: 10 }), h("th.center", { colspan: qs.length }, "E2E processing latency")) : null,
+        h(
+          "tr",
+          h("th", "nsqd"),
+          h("th", "Rate (msgs/s)"),
+          h("th.num", "Depth"),
+          h("th.num", "Memory + Disk"),
+          h("th.num", "In flight"),
+          h("th.num", "Deferred"),
+          h("th.num", "Requeued"),
+          h("th.num", "Timed out"),
+          h("th.num", "Messages"),
+          h("th.num", "Connections"),
+          ...e2eHeaders(qs),
+        ),
+      ),
+      h("tbody", nodeRows),
+      h(
+        "tfoot",
+        h(
+          "tr.total",
+          { testid: "channel-total" },
+          h("td", "Total"),
+          h("td.chart", sparkline(rates.observe("channel", data.message_count, now).points, { testid: "channel-rate-chart", title: `${channel} msgs/s` })),
+          ...statCells(data),
+          ...e2eCells(data.e2e_processing_latency, qs),
+        ),
+      ),
+    );
+
+    const clientRows = clients.map((c) =>
+      h(
+        "tr",
+        { testid: "client-row", data: { client: c.client_id, key: `${c.node}|${c.remote_address}`, node: c.node } },
+        h("td.name", { title: c.remote_address }, h("span", { testid: "client-host" }, c.hostname || c.remote_address), h("div.muted.small", c.remote_address)),
+        h("td", { testid: "client-id" }, c.client_id || "–"),
+        h("td.ua", { testid: "client-user-agent" }, c.user_agent || h("span.muted", "–")),
+        h("td", { testid: "client-attributes" }, clientBadges(c)),
+        h("td", link(nodePath(c.node), c.node)),
+        num(c.ready_count, "client-ready"),
+        num(c.in_flight_count, "client-in-flight"),
+        num(c.finish_count, "client-finished"),
+        num(c.requeue_count, "client-requeued"),
+        num(c.message_count, "client-messages"),
+        h("td.num", { testid: "client-connected", title: c.connect_ts ? new Date(c.connect_ts * 1000).toLocaleString() : null }, connectedFor(c)),
+      ),
+    );
+    const clientTable = clients.length
+      ? h(
+          "table.grid",
+          { testid: "channel-clients" },
+          h(
+            "thead",
+            h(
+              "tr",
+              h("th", "Client"),
+              h("th", "Client ID"),
+              h("th", "User agent"),
+              h("th", "Attributes"),
+              h("th", "nsqd"),
+              h("th.num", "Ready"),
+              h("th.num", "In flight"),
+              h("th.num", "Finished"),
+              h("th.num", "Requeued"),
+              h("th.num", "Messages"),
+              h("th.num", "Connected for"),
+            ),
+          ),
+          h("tbody", clientRows),
+        )
+      : empty("No clients are connected to this channel.", "no-clients");
+
+    render(
+      body,
+      h("h2", "Per nsqd"),
+      nodes.length || down.size ? nodeTable : empty("No nsqd has this channel.", "no-producers"),
+      h("h2", `Clients (${commafy(clients.length)})`),
+      clientTable,
+    );
+    return data;
+  });
+}
+
+export function clientBadges(c, { plain = true } = {}) {
+  const out = [];
+  if (c.tls) {
+    const detail = [c.tls_version, c.tls_cipher_suite, c.tls_negotiated_protocol].filter(Boolean).join(" ");
+    out.push(badge(c.tls_version ? `TLS ${c.tls_version.replace(/^TLS/, "")}` : "TLS", "tls", { testid: "badge-tls", title: detail || "TLS" }));
+  }
+  if (c.snappy) out.push(badge("snappy", "snappy", { testid: "badge-snappy" }));
+  if (c.deflate) out.push(badge("deflate", "deflate", { testid: "badge-deflate" }));
+  if (c.sample_rate) out.push(badge(`sampled ${c.sample_rate}%`, "", { testid: "badge-sampled" }));
+  if (c.authed || c.auth_identity) {
+    const who = c.auth_identity || "authed";
+    const label = c.auth_identity_url ? h("a", { href: c.auth_identity_url, rel: "noreferrer" }, who) : who;
+    out.push(badge(h("span", "auth: ", label), "auth", { testid: "badge-auth", title: `authenticated${c.auth_identity ? ` as ${c.auth_identity}` : ""}` }));
+  }
+  if (c.topology_region) out.push(badge(c.topology_region, "", { title: "topology region" }));
+  if (c.topology_zone) out.push(badge(c.topology_zone, "", { title: "topology zone" }));
+  if (!out.length && plain) out.push(h("span.muted", { title: "no TLS, compression or auth" }, "plain"));
+  return out;
+}
+
+export const actions = {
+  pause: (_d, ctx) =>
+    runAction({
+      confirm: `Pause channel ${channel} of topic ${topic}? Its consumers get no messages until it is unpaused.`,
+      call: () => api.post(`/topics/${enc(topic)}/${enc(channel)}`, { action: "pause" }),
+      done: `Channel ${channel} of topic ${topic} paused`,
+      failed: `Could not pause channel ${channel}`,
+      after: () => ctx.refresh(),
+    }),
+  unpause: (_d, ctx) =>
+    runAction({
+      confirm: `Unpause channel ${channel} of topic ${topic}?`,
+      call: () => api.post(`/topics/${enc(topic)}/${enc(channel)}`, { action: "unpause" }),
+      done: `Channel ${channel} of topic ${topic} unpaused`,
+      failed: `Could not unpause channel ${channel}`,
+      after: () => ctx.refresh(),
+    }),
+  empty: (_d, ctx) =>
+    runAction({
+      confirm: `Empty channel ${channel} of topic ${topic}? Its queued messages are dropped on every nsqd.`,
+      call: () => api.post(`/topics/${enc(topic)}/${enc(channel)}`, { action: "empty" }),
+      done: `Channel ${channel} of topic ${topic} emptied`,
+      failed: `Could not empty channel ${channel}`,
+      after: () => ctx.refresh(),
+    }),
+  delete: (_d, ctx) =>
+    runAction({
+      confirm: `Delete channel ${channel} of topic ${topic}? It is removed, with its queued messages, from every nsqd and nsqlookupd.`,
+      call: () => api.del(`/topics/${enc(topic)}/${enc(channel)}`),
+      done: `Channel ${channel} of topic ${topic} deleted`,
+      failed: `Could not delete channel ${channel}`,
+      after: () => ctx.navigate(topicPath(topic)),
+    }),
+};

@@ -1,0 +1,89 @@
+// Topics: every topic in the cluster with its depth, message count and a live rate chart.
+
+import { api } from "../api.js";
+import { h, render } from "../dom.js";
+import { RateTracker, sparkline } from "../chart.js";
+import { commafy } from "../format.js";
+import { empty, link, memDisk, num, pausedBadge, topicPath } from "./common.js";
+
+export function mount(root, _params, ctx) {
+  document.title = "Topics · nsqadmin";
+  const rates = new RateTracker();
+  const sub = h("span.sub", { testid: "page-sub" });
+  const body = h("div", { testid: "topics-body" });
+  root.append(h("div.page-head", h("h1", { testid: "page-title" }, "Topics"), sub), body);
+
+  ctx.poll(async () => {
+    const data = await api.get("/topics?stats=true");
+    const now = performance.now();
+    const topics = [...(data.topics || [])].sort();
+    const stats = data.stats || null;
+    render(sub, topics.length === 1 ? "1 topic" : `${commafy(topics.length)} topics`);
+    if (!topics.length) {
+      render(body, empty("No topics found. Topics appear when something publishes to an nsqd, or create one on the Lookup page.", "no-topics"));
+      return data;
+    }
+    const total = { depth: 0, memory_depth: 0, backend_depth: 0, message_count: 0, in_flight_count: 0 };
+    const rows = topics.map((name) => {
+      const s = (stats && stats[name]) || null;
+      const series = s ? rates.observe(`topic:${name}`, s.message_count, now) : rates.get(`topic:${name}`);
+      if (s) for (const k of Object.keys(total)) total[k] += Number(s[k] || 0);
+      return h(
+        "tr",
+        { testid: "topic-row", data: { topic: name, key: name } },
+        h("td.name", link(topicPath(name), name, { testid: "topic-link" }), " ", pausedBadge(s && s.paused)),
+        h("td.chart", sparkline(series.points, { title: `${name} msgs/s` })),
+        s ? num(s.depth, "topic-depth") : h("td.num.muted", { testid: "topic-depth" }, "–"),
+        s ? memDisk(s) : h("td.num.muted", "–"),
+        s ? num(s.in_flight_count, "topic-in-flight") : h("td.num.muted", "–"),
+        s ? num(s.message_count, "topic-messages") : h("td.num.muted", { testid: "topic-messages" }, "–"),
+        s ? num(s.channel_count, "topic-channels") : h("td.num.muted", "–"),
+        s ? num(s.node_count, "topic-nodes") : h("td.num.muted", "–"),
+      );
+    });
+    const totalSeries = rates.observe("total", stats ? total.message_count : null, now);
+    const table = h(
+      "table.grid",
+      { testid: "topics-table" },
+      h(
+        "thead",
+        h(
+          "tr",
+          h("th", "Topic"),
+          h("th", { title: "messages published per second, from message_count between polls" }, "Rate (msgs/s)"),
+          h("th.num", "Depth"),
+          h("th.num", "Memory + Disk"),
+          h("th.num", { title: "messages sent to consumers and not yet finished, over all channels" }, "In flight"),
+          h("th.num", "Messages"),
+          h("th.num", "Channels"),
+          h("th.num", "Nodes"),
+        ),
+      ),
+      h("tbody", rows),
+      stats
+        ? h(
+            "tfoot",
+            h(
+              "tr.total",
+              { testid: "topics-total" },
+              h("td", "Total"),
+              h("td.chart", sparkline(totalSeries.points, { testid: "total-rate-chart", title: "all topics msgs/s" })),
+              num(total.depth, "total-depth"),
+              memDisk(total, "total-mem-disk"),
+              num(total.in_flight_count),
+              num(total.message_count, "total-messages"),
+              h("td"),
+              h("td"),
+            ),
+          )
+        : null,
+    );
+    render(
+      body,
+      table,
+      stats ? null : h("p.muted", "This nsqadmin does not report per-topic numbers; open a topic for its details."),
+    );
+    return data;
+  });
+}
+
