@@ -36,6 +36,20 @@ def test_topics_page_lists_topics_with_depth(cluster: Cluster, page: Any) -> Non
     assert page.evaluate("window.__sameApp") is True
 
 
+def test_topics_page_shows_the_channels_backlog(cluster: Cluster, page: Any) -> None:
+    n1, n2 = cluster.nodes
+    for node, count in ((n1, 4), (n2, 5)):
+        node.create_channel("pages_backlog", "a")
+        node.create_channel("pages_backlog", "b")
+        node.mpub("pages_backlog", count)
+    page.goto(cluster.admin.page("/topics"))
+    row = page.locator(tid("topic-row", topic="pages_backlog"))
+    # The channels took every message: the topic's own depth is 0, their backlog is not.
+    expect(row.get_by_test_id("topic-backlog")).to_have_text("18")
+    expect(row.get_by_test_id("topic-depth")).to_have_text("0")
+    expect(row.get_by_test_id("topic-channels")).to_have_text("2")
+
+
 def test_topic_page_per_node_and_channels(cluster: Cluster, page: Any) -> None:
     n1, n2 = cluster.nodes
     topic = "pages_topic"

@@ -1,4 +1,5 @@
-// Topics: every topic in the cluster with its depth, message count and a live rate chart.
+// Topics: every topic in the cluster with its depth, its channels' backlog, message count and a
+// live rate chart.
 
 import { api } from "../api.js";
 import { h, render } from "../dom.js";
@@ -23,7 +24,7 @@ export function mount(root, _params, ctx) {
       render(body, empty("No topics found. Topics appear when something publishes to an nsqd, or create one on the Lookup page.", "no-topics"));
       return data;
     }
-    const total = { depth: 0, memory_depth: 0, backend_depth: 0, message_count: 0, in_flight_count: 0 };
+    const total = { depth: 0, channel_depth: 0, memory_depth: 0, backend_depth: 0, message_count: 0, in_flight_count: 0 };
     const rows = topics.map((name) => {
       const s = (stats && stats[name]) || null;
       const series = s ? rates.observe(`topic:${name}`, s.message_count, now) : rates.get(`topic:${name}`);
@@ -34,6 +35,7 @@ export function mount(root, _params, ctx) {
         h("td.name", link(topicPath(name), name, { testid: "topic-link" }), " ", pausedBadge(s && s.paused)),
         h("td.chart", sparkline(series.points, { title: `${name} msgs/s` })),
         s ? num(s.depth, "topic-depth") : h("td.num.muted", { testid: "topic-depth" }, "–"),
+        s ? num(s.channel_depth, "topic-backlog") : h("td.num.muted", { testid: "topic-backlog" }, "–"),
         s ? memDisk(s) : h("td.num.muted", "–"),
         s ? num(s.in_flight_count, "topic-in-flight") : h("td.num.muted", "–"),
         s ? num(s.message_count, "topic-messages") : h("td.num.muted", { testid: "topic-messages" }, "–"),
@@ -51,7 +53,8 @@ export function mount(root, _params, ctx) {
           "tr",
           h("th", "Topic"),
           h("th", { title: "messages published per second, from message_count between polls" }, "Rate (msgs/s)"),
-          h("th.num", "Depth"),
+          h("th.num", { title: "messages in the topic, not yet copied to its channels" }, "Depth"),
+          h("th.num", { title: "messages queued in the topic's channels, summed over them" }, "Channel backlog"),
           h("th.num", "Memory + Disk"),
           h("th.num", { title: "messages sent to consumers and not yet finished, over all channels" }, "In flight"),
           h("th.num", "Messages"),
@@ -69,6 +72,7 @@ export function mount(root, _params, ctx) {
               h("td", "Total"),
               h("td.chart", sparkline(totalSeries.points, { testid: "total-rate-chart", title: "all topics msgs/s" })),
               num(total.depth, "total-depth"),
+              num(total.channel_depth, "total-backlog"),
               memDisk(total, "total-mem-disk"),
               num(total.in_flight_count),
               num(total.message_count, "total-messages"),
