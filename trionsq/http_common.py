@@ -182,7 +182,9 @@ Handler = Callable[..., Awaitable[Any]]
 def new_app(name: str, log: logging.Logger) -> QuartTrio:
     """A quart-trio app with Go's 404/405/500 answers and its body handling; errors are
     logged on `log`."""
-    app = QuartTrio(name)
+    # No Quart static route: it would answer /static/<file> from the package's folder before
+    # nsqadmin's own route (which honours --dev-static-dir and Go's plain-text 404).
+    app = QuartTrio(name, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # limits are the daemon's, checked per route
     app.after_request(discard_body)
 

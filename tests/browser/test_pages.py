@@ -8,7 +8,7 @@ from typing import Any
 
 from playwright.sync_api import expect
 
-from .cluster import Cluster, Publisher
+from .cluster import Cluster, Publisher, http
 
 
 def tid(testid: str, **data: str) -> str:
@@ -48,6 +48,46 @@ def test_topics_page_shows_the_channels_backlog(cluster: Cluster, page: Any) -> 
     expect(row.get_by_test_id("topic-backlog")).to_have_text("18")
     expect(row.get_by_test_id("topic-depth")).to_have_text("0")
     expect(row.get_by_test_id("topic-channels")).to_have_text("2")
+
+
+def test_topics_page_inactive_topics_switch(cluster: Cluster, page: Any) -> None:
+    # A topic only nsqlookupd knows (created through its own /topic/create): no nsqd produces it.
+    lookupd = f"http://{cluster.lookupd_http}"
+    assert http("POST", f"{lookupd}/topic/create?topic=pages_inactive")[0] == 200
+    assert http("POST", f"{lookupd}/channel/create?topic=pages_inactive&channel=idle")[0] == 200
+    cluster.nodes[0].pub("pages_active")
+    page.goto(cluster.admin.page("/topics"))
+    expect(page.locator(tid("topic-row", topic="pages_active"))).to_be_visible()
+    switch = page.get_by_test_id("show-inactive")
+    expect(switch).not_to_be_checked()
+    expect(page.get_by_test_id("inactive-topic")).to_have_count(0)
+    expect(page.get_by_test_id("inactive-title")).to_have_count(0)
+
+    switch.check()
+    inactive = page.locator(tid("inactive-topic", topic="pages_inactive"))
+    expect(inactive).to_be_visible()
+    expect(inactive.locator(tid("inactive-channel", channel="idle"))).to_have_text("idle")
+    expect(inactive).to_contain_text("no producer")
+    expect(page.locator(tid("inactive-topic", topic="pages_active"))).to_have_count(0)
+    expect(page.get_by_test_id("inactive-title")).to_contain_text("Inactive topics")
+    # Through to the topic page and back: the switch stays on.
+    inactive.get_by_test_id("topic-link").click()
+    expect(page).to_have_url(re.compile(r"/topics/pages_inactive$"))
+    page.go_back()
+    expect(page.locator(tid("inactive-topic", topic="pages_inactive"))).to_be_visible()
+
+    page.get_by_test_id("show-inactive").uncheck()
+    expect(page.get_by_test_id("inactive-topic")).to_have_count(0)
+    expect(page.locator(tid("topic-row", topic="pages_active"))).to_be_visible()
+
+    # With a fixed list of nsqd there is no lookupd to ask: no switch.
+    admin = cluster.start_admin(
+        *(f"--nsqd-http-address={n.http}" for n in cluster.nodes), lookupd=False
+    )
+    page.goto(admin.page("/topics"))
+    expect(page.locator(tid("topic-row", topic="pages_active"))).to_be_visible()
+    expect(page.get_by_test_id("show-inactive")).to_have_count(0)
+    expect(page.get_by_test_id("inactive-topic")).to_have_count(0)
 
 
 def test_topic_page_per_node_and_channels(cluster: Cluster, page: Any) -> None:

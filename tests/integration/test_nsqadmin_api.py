@@ -6,135 +6,49 @@ notifications, /config and the base path."""
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import trio
 
-from trionsq.nsqadmin.nsqadmin import NSQAdmin
-from trionsq.nsqadmin.options import parse_nsqadmin_args
+from tests.integration.nsqadmin_cluster import (
+    Cluster,
+    closed_port,
+    eventually,
+    get_json,
+    http_address,
+    make_topic,
+    nsqd_topic,
+    post,
+    running_admin,
+    start_nsqd,
+    unique_name,
+)
 from trionsq.testing import DaemonProcess
-
-_names = itertools.count()
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}{os.getpid()}_{next(_names)}"
-
-
-def _http(daemon: DaemonProcess) -> str:
-    address = daemon.http_address
-    assert address is not None
-    return f"{address[0]}:{address[1]}"
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Cluster:
-    def __init__(self, lookupd: DaemonProcess, nsqds: list[DaemonProcess]) -> None:
-        self.lookupd = lookupd
-        self.nsqds = nsqds
-        self.lookupd_http = _http(lookupd)
-        self.nsqd_http = [_http(n) for n in nsqds]
-
-
-def _start_nsqd(lookupd: DaemonProcess) -> DaemonProcess:
-    host, port = lookupd.tcp_address
-    return DaemonProcess(
-        "nsqd", [f"--lookupd-tcp-address={host}:{port}", "--broadcast-address=127.0.0.1"]
-    )
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     with (
         DaemonProcess("nsqlookupd") as lookupd,
-        _start_nsqd(lookupd) as n1,
-        _start_nsqd(lookupd) as n2,
+        start_nsqd(lookupd) as n1,
+        start_nsqd(lookupd) as n2,
     ):
         yield Cluster(lookupd, [n1, n2])
-
-
-@asynccontextmanager
-async def running_admin(*args: str) -> AsyncIterator[tuple[NSQAdmin, httpx.AsyncClient]]:
-    """nsqadmin in this test's Trio run, and a client whose base URL is its address."""
-    options = parse_nsqadmin_args(["--http-address=127.0.0.1:0", *args])
-    options.validate()
-    admin = NSQAdmin(options)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(admin.run)
-        base = f"http://127.0.0.1:{admin.http_port}"
-        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
-            yield admin, client
-        admin.request_exit()
-
-
-async def _get(address: str, path: str) -> Any:
-    async with httpx.AsyncClient(timeout=10) as client:
-        response = await client.get(f"http://{address}{path}")
-        response.raise_for_status()
-        return response.json()
-
-
-async def _post(address: str, path: str, content: bytes = b"") -> None:
-    async with httpx.AsyncClient(timeout=10) as client:
-        response = await client.post(f"http://{address}{path}", content=content)
-        response.raise_for_status()
-
-
-async def _eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Poll the async `check` until it returns something truthy."""
-    with trio.fail_after(timeout):
-        while True:
-            result = await check()
-            if result:
-                return result
-            await trio.sleep(0.05)
-
-
-async def _nsqd_topic(address: str, topic: str) -> dict[str, Any] | None:
-    stats = await _get(address, f"/stats?format=json&topic={topic}")
-    for t in stats["topics"] or []:
-        if t["topic_name"] == topic:
-            return dict(t)
-    return None
-
-
-async def _make_topic(cluster: Cluster, topic: str, channel: str, counts: list[int]) -> None:
-    """Publish counts[i] messages to `topic` on nsqd i (with `channel`), and wait until the
-    lookupd lists every nsqd as a producer of it."""
-    for address, count in zip(cluster.nsqd_http, counts, strict=True):
-        await _post(address, f"/topic/create?topic={topic}")
-        await _post(address, f"/channel/create?topic={topic}&channel={channel}")
-        for _ in range(count):
-            await _post(address, f"/pub?topic={topic}", b"hello")
-
-    async def registered() -> bool:
-        lookup = await _get(cluster.lookupd_http, f"/lookup?topic={topic}")
-        return len(lookup["producers"]) == len(cluster.nsqds) and channel in lookup["channels"]
-
-    await _eventually(registered)
 
 
 # -- reading ------------------------------------------------------------------------------
 
 
 async def test_topics_list_stats_and_aggregates(cluster: Cluster) -> None:
-    topic = _name("agg")
-    await _make_topic(cluster, topic, "ch", [2, 3])
+    topic = unique_name("agg")
+    await make_topic(cluster, topic, "ch", [2, 3])
     async with running_admin(f"--lookupd-http-address={cluster.lookupd_http}") as (_, client):
         answer = (await client.get("/api/topics")).json()
         assert topic in answer["topics"] and answer["topics"] == sorted(answer["topics"])
@@ -167,8 +81,8 @@ async def test_topics_list_stats_and_aggregates(cluster: Cluster) -> None:
 
 
 async def test_channel_clients(cluster: Cluster) -> None:
-    topic = _name("cli")
-    await _make_topic(cluster, topic, "ch", [1, 0])
+    topic = unique_name("cli")
+    await make_topic(cluster, topic, "ch", [1, 0])
     host, port = cluster.nsqds[0].tcp_address
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
@@ -179,7 +93,7 @@ async def test_channel_clients(cluster: Cluster) -> None:
                 answer = (await client.get(f"/api/topics/{topic}/ch")).json()
                 return answer if answer["clients"] else None
 
-            answer = await _eventually(one_client)
+            answer = await eventually(one_client)
             [c] = answer["clients"]
             assert answer["client_count"] == 1
             assert c["node"] == cluster.nsqd_http[0]
@@ -189,8 +103,8 @@ async def test_channel_clients(cluster: Cluster) -> None:
 
 
 async def test_nodes_node_and_counter(cluster: Cluster) -> None:
-    topic = _name("nodes")
-    await _make_topic(cluster, topic, "ch", [4, 1])
+    topic = unique_name("nodes")
+    await make_topic(cluster, topic, "ch", [4, 1])
     async with running_admin(f"--lookupd-http-address={cluster.lookupd_http}") as (_, client):
         answer = (await client.get("/api/nodes")).json()
         nodes = {f"{n['broadcast_address']}:{n['http_port']}": n for n in answer["nodes"]}
@@ -223,8 +137,8 @@ async def test_nodes_node_and_counter(cluster: Cluster) -> None:
 
 
 async def test_nsqd_address_mode(cluster: Cluster) -> None:
-    topic = _name("nsqdmode")
-    await _make_topic(cluster, topic, "ch", [1, 2])
+    topic = unique_name("nsqdmode")
+    await make_topic(cluster, topic, "ch", [1, 2])
     args = [f"--nsqd-http-address={a}" for a in cluster.nsqd_http]
     async with running_admin(*args) as (admin, client):
         assert (await client.get("/api/topics")).json()["topics"].count(topic) == 1
@@ -243,7 +157,7 @@ async def test_nsqd_address_mode(cluster: Cluster) -> None:
         response = await client.post(f"/api/topics/{topic}", json={"action": "pause"})
         assert response.json() == {"message": "", "errors": []}
         for address in cluster.nsqd_http:
-            assert (await _nsqd_topic(address, topic) or {})["paused"] is True
+            assert (await nsqd_topic(address, topic) or {})["paused"] is True
         assert admin.options.nsqd_http_addresses == cluster.nsqd_http
 
 
@@ -251,9 +165,9 @@ async def test_nsqd_address_mode(cluster: Cluster) -> None:
 
 
 async def test_dead_nsqd_in_nsqd_mode(cluster: Cluster) -> None:
-    topic = _name("dead")
-    await _make_topic(cluster, topic, "ch", [1, 1])
-    dead = f"127.0.0.1:{_closed_port()}"
+    topic = unique_name("dead")
+    await make_topic(cluster, topic, "ch", [1, 1])
+    dead = f"127.0.0.1:{closed_port()}"
     args = [f"--nsqd-http-address={cluster.nsqd_http[0]}", f"--nsqd-http-address={dead}"]
     async with running_admin(*args) as (_, client):
         for path in ("/api/topics", f"/api/topics/{topic}", "/api/nodes", "/api/counter"):
@@ -280,17 +194,17 @@ async def test_dead_nsqd_in_nsqd_mode(cluster: Cluster) -> None:
 
 
 async def test_frozen_nsqd_in_lookupd_mode(cluster: Cluster) -> None:
-    topic = _name("frozen")
-    with _start_nsqd(cluster.lookupd) as extra:
-        extra_http = _http(extra)
-        await _post(extra_http, f"/pub?topic={topic}", b"x")
-        await _post(cluster.nsqd_http[0], f"/pub?topic={topic}", b"x")
+    topic = unique_name("frozen")
+    with start_nsqd(cluster.lookupd) as extra:
+        extra_http = http_address(extra)
+        await post(extra_http, f"/pub?topic={topic}", b"x")
+        await post(cluster.nsqd_http[0], f"/pub?topic={topic}", b"x")
 
         async def registered() -> bool:
-            lookup = await _get(cluster.lookupd_http, f"/lookup?topic={topic}")
+            lookup = await get_json(cluster.lookupd_http, f"/lookup?topic={topic}")
             return len(lookup["producers"]) == 2
 
-        await _eventually(registered)
+        await eventually(registered)
         os.kill(extra.proc.pid, signal.SIGSTOP)
         try:
             args = (
@@ -318,7 +232,7 @@ async def test_frozen_nsqd_in_lookupd_mode(cluster: Cluster) -> None:
 
 
 async def test_dead_lookupd(cluster: Cluster) -> None:
-    dead = f"127.0.0.1:{_closed_port()}"
+    dead = f"127.0.0.1:{closed_port()}"
     async with running_admin(
         f"--lookupd-http-address={cluster.lookupd_http}", f"--lookupd-http-address={dead}"
     ) as (_, client):
@@ -337,22 +251,23 @@ async def test_dead_lookupd(cluster: Cluster) -> None:
 
 
 async def test_create_topic_and_channel_and_inactive(cluster: Cluster) -> None:
-    lonely = _name("lonely")
+    lonely = unique_name("lonely")
     async with running_admin(f"--lookupd-http-address={cluster.lookupd_http}") as (_, client):
         response = await client.post("/api/topics", json={"topic": lonely, "channel": "c1"})
         assert response.status_code == 200 and response.json() == {"message": "", "errors": []}
-        assert lonely in (await _get(cluster.lookupd_http, "/topics"))["topics"]
-        assert (await _get(cluster.lookupd_http, f"/channels?topic={lonely}"))["channels"] == ["c1"]
+        assert lonely in (await get_json(cluster.lookupd_http, "/topics"))["topics"]
+        channels = await get_json(cluster.lookupd_http, f"/channels?topic={lonely}")
+        assert channels["channels"] == ["c1"]
         inactive = (await client.get("/api/topics?inactive=true")).json()["topics"]
         assert inactive[lonely] == ["c1"]
 
         # a channel for a topic the nsqds have is created on them too
-        topic = _name("create")
-        await _make_topic(cluster, topic, "ch", [0, 0])
+        topic = unique_name("create")
+        await make_topic(cluster, topic, "ch", [0, 0])
         response = await client.post("/api/topics", json={"topic": topic, "channel": "new"})
         assert response.json()["errors"] == []
         for address in cluster.nsqd_http:
-            t = await _nsqd_topic(address, topic)
+            t = await nsqd_topic(address, topic)
             assert t is not None and "new" in [c["channel_name"] for c in t["channels"]]
         assert topic not in (await client.get("/api/topics?inactive=true")).json()["topics"]
 
@@ -368,35 +283,35 @@ async def test_create_topic_and_channel_and_inactive(cluster: Cluster) -> None:
 
 
 async def test_pause_unpause_empty(cluster: Cluster) -> None:
-    topic = _name("pause")
-    await _make_topic(cluster, topic, "ch", [2, 2])
+    topic = unique_name("pause")
+    await make_topic(cluster, topic, "ch", [2, 2])
     async with running_admin(f"--lookupd-http-address={cluster.lookupd_http}") as (_, client):
         response = await client.post(f"/api/topics/{topic}", json={"action": "pause"})
         assert response.json() == {"message": "", "errors": []}
         for address in cluster.nsqd_http:
-            assert (await _nsqd_topic(address, topic) or {})["paused"] is True
+            assert (await nsqd_topic(address, topic) or {})["paused"] is True
         assert (await client.get(f"/api/topics/{topic}")).json()["paused"] is True
         await client.post(f"/api/topics/{topic}", json={"action": "unpause"})
         for address in cluster.nsqd_http:
-            assert (await _nsqd_topic(address, topic) or {})["paused"] is False
+            assert (await nsqd_topic(address, topic) or {})["paused"] is False
 
         await client.post(f"/api/topics/{topic}/ch", json={"action": "pause"})
         for address in cluster.nsqd_http:
-            [channel] = (await _nsqd_topic(address, topic) or {})["channels"]
+            [channel] = (await nsqd_topic(address, topic) or {})["channels"]
             assert channel["paused"] is True
         assert (await client.get(f"/api/topics/{topic}/ch")).json()["paused"] is True
         await client.post(f"/api/topics/{topic}/ch", json={"action": "unpause"})
         await client.post(f"/api/topics/{topic}/ch", json={"action": "empty"})
         for address in cluster.nsqd_http:
-            [channel] = (await _nsqd_topic(address, topic) or {})["channels"]
+            [channel] = (await nsqd_topic(address, topic) or {})["channels"]
             assert channel["paused"] is False and channel["depth"] == 0
 
-        await _post(cluster.nsqd_http[0], f"/pub?topic={topic}&defer=0", b"x")
+        await post(cluster.nsqd_http[0], f"/pub?topic={topic}&defer=0", b"x")
         await client.post(f"/api/topics/{topic}", json={"action": "pause"})
-        await _post(cluster.nsqd_http[0], f"/pub?topic={topic}", b"y")
-        assert (await _nsqd_topic(cluster.nsqd_http[0], topic) or {})["depth"] == 1
+        await post(cluster.nsqd_http[0], f"/pub?topic={topic}", b"y")
+        assert (await nsqd_topic(cluster.nsqd_http[0], topic) or {})["depth"] == 1
         await client.post(f"/api/topics/{topic}", json={"action": "empty"})
-        assert (await _nsqd_topic(cluster.nsqd_http[0], topic) or {})["depth"] == 0
+        assert (await nsqd_topic(cluster.nsqd_http[0], topic) or {})["depth"] == 0
 
         for path in (f"/api/topics/{topic}", f"/api/topics/{topic}/ch"):
             response = await client.post(path, json={"action": "explode"})
@@ -407,32 +322,32 @@ async def test_pause_unpause_empty(cluster: Cluster) -> None:
 
 
 async def test_delete_channel_and_topic(cluster: Cluster) -> None:
-    topic = _name("del")
-    await _make_topic(cluster, topic, "ch", [1, 1])
+    topic = unique_name("del")
+    await make_topic(cluster, topic, "ch", [1, 1])
     async with running_admin(f"--lookupd-http-address={cluster.lookupd_http}") as (_, client):
         response = await client.delete(f"/api/topics/{topic}/ch")
         assert response.json() == {"message": "", "errors": []}
         for address in cluster.nsqd_http:
-            assert (await _nsqd_topic(address, topic) or {})["channels"] == []
-        assert (await _get(cluster.lookupd_http, f"/channels?topic={topic}"))["channels"] == []
+            assert (await nsqd_topic(address, topic) or {})["channels"] == []
+        assert (await get_json(cluster.lookupd_http, f"/channels?topic={topic}"))["channels"] == []
 
         response = await client.delete(f"/api/topics/{topic}")
         assert response.json() == {"message": "", "errors": []}
         for address in cluster.nsqd_http:
-            assert await _nsqd_topic(address, topic) is None
-        assert topic not in (await _get(cluster.lookupd_http, "/topics"))["topics"]
+            assert await nsqd_topic(address, topic) is None
+        assert topic not in (await get_json(cluster.lookupd_http, "/topics"))["topics"]
 
 
 async def test_tombstone_node_for_topic(cluster: Cluster) -> None:
-    topic = _name("tomb")
-    await _make_topic(cluster, topic, "ch", [1, 1])
+    topic = unique_name("tomb")
+    await make_topic(cluster, topic, "ch", [1, 1])
     node = cluster.nsqd_http[0]
     async with running_admin(f"--lookupd-http-address={cluster.lookupd_http}") as (_, client):
         response = await client.request("DELETE", f"/api/nodes/{node}", json={"topic": topic})
         assert response.json() == {"message": "", "errors": []}
-        assert await _nsqd_topic(node, topic) is None
-        assert await _nsqd_topic(cluster.nsqd_http[1], topic) is not None
-        lookup = await _get(cluster.lookupd_http, f"/lookup?topic={topic}")
+        assert await nsqd_topic(node, topic) is None
+        assert await nsqd_topic(cluster.nsqd_http[1], topic) is not None
+        lookup = await get_json(cluster.lookupd_http, f"/lookup?topic={topic}")
         assert [f"127.0.0.1:{p['http_port']}" for p in lookup["producers"]] == [
             cluster.nsqd_http[1]
         ]
@@ -444,9 +359,9 @@ async def test_tombstone_node_for_topic(cluster: Cluster) -> None:
 
 
 async def test_action_on_unreachable_node_is_a_warning(cluster: Cluster) -> None:
-    topic = _name("warn")
-    await _make_topic(cluster, topic, "ch", [1, 1])
-    dead = f"127.0.0.1:{_closed_port()}"
+    topic = unique_name("warn")
+    await make_topic(cluster, topic, "ch", [1, 1])
+    dead = f"127.0.0.1:{closed_port()}"
     async with running_admin(f"--lookupd-http-address={cluster.lookupd_http}") as (_, client):
         response = await client.request("DELETE", f"/api/nodes/{dead}", json={"topic": topic})
         assert response.status_code == 502  # Go: the node's /info is needed
@@ -457,7 +372,7 @@ async def test_action_on_unreachable_node_is_a_warning(cluster: Cluster) -> None
 
 
 async def test_acl(cluster: Cluster, tmp_path: Any) -> None:
-    topic = _name("acl")
+    topic = unique_name("acl")
     args = (
         f"--lookupd-http-address={cluster.lookupd_http}",
         f"--dev-static-dir={tmp_path}",
@@ -479,7 +394,7 @@ async def test_acl(cluster: Cluster, tmp_path: Any) -> None:
                     403,
                     {"message": "FORBIDDEN"},
                 ), (method, path, headers)
-        assert topic not in (await _get(cluster.lookupd_http, "/topics"))["topics"]
+        assert topic not in (await get_json(cluster.lookupd_http, "/topics"))["topics"]
         # reading needs no rights
         assert (await client.get("/api/topics")).status_code == 200
 
@@ -487,7 +402,7 @@ async def test_acl(cluster: Cluster, tmp_path: Any) -> None:
             "/api/topics", json={"topic": topic}, headers={"X-Auth-User": "alice"}
         )
         assert response.status_code == 200
-        assert topic in (await _get(cluster.lookupd_http, "/topics"))["topics"]
+        assert topic in (await get_json(cluster.lookupd_http, "/topics"))["topics"]
 
         # the page's config says whether this request may act (placeholder page: no index)
         page = await client.get("/", headers={"X-Auth-User": "root"})
@@ -535,8 +450,8 @@ async def _notification_server(
 async def test_notifications(cluster: Cluster, nursery: trio.Nursery) -> None:
     send, receive = trio.open_memory_channel[dict[str, Any]](100)
     port = await _notification_server(nursery, send)
-    topic = _name("notify")
-    await _make_topic(cluster, topic, "ch", [1, 1])
+    topic = unique_name("notify")
+    await make_topic(cluster, topic, "ch", [1, 1])
     args = (
         f"--lookupd-http-address={cluster.lookupd_http}",
         f"--notification-http-endpoint=http://127.0.0.1:{port}/hook",

@@ -12,7 +12,7 @@ import trio
 
 from trionsq.nsqadmin.access import config_allowed, is_admin
 from trionsq.nsqadmin.cluster import Report
-from trionsq.nsqadmin.http_api import decode_go_json_body
+from trionsq.nsqadmin.http_api import decode_go_json_body, go_query_error
 from trionsq.nsqadmin.index import (
     base_prefix,
     content_type,
@@ -254,3 +254,21 @@ def test_report_message_and_errors() -> None:
         {"address": "a:1", "error": "connection refused"},
         {"address": "b:2", "error": "HTTP 500: NOK"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        (b"a=%zz", 'invalid URL escape "%zz"'),
+        (b"a=%4", 'invalid URL escape "%4"'),
+        (b"a=1%", 'invalid URL escape "%"'),
+        (b"%g1=x", 'invalid URL escape "%g1"'),
+        (b"a=%zz&b=%yy", 'invalid URL escape "%zz"'),  # the first one
+        (b"a=%zz&b=1;c", "invalid semicolon separator in query"),  # a ";" wins
+        (b"a=1;b=%zz", "invalid semicolon separator in query"),
+        (b'a=%"x', 'invalid URL escape "%\\"x"'),
+        (b"a=%\xff", 'invalid URL escape "%\\xff"'),
+    ],
+)
+def test_go_query_error(raw: bytes, text: str) -> None:
+    assert go_query_error(raw) == text

@@ -113,7 +113,9 @@ class ClusterInfo:
             if not isinstance(r, UpstreamError)
         ]
         _, failed = _split(results)
-        if addresses and len(failed) == len(addresses):
+        # as Go's: with no lookupd at all nothing answered either (creating a channel in nsqd
+        # mode needs the topic's producers from the lookupds: 502)
+        if len(failed) == len(addresses):
             raise TotalFailure("nsqlookupd", failed)
         report.add(failed)
         return answered

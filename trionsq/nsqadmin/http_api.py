@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trionsq.nsqadmin")
 
-__all__ = ["create_app", "decode_go_json_body", "serve_http"]
+__all__ = ["create_app", "decode_go_json_body", "go_query_error", "serve_http"]
 
 #: Go reads at most 1 MiB of a ``PUT /config`` body.
 _CONFIG_BODY_MAX = 1024 * 1024
@@ -129,6 +129,64 @@ def decode_go_json_body(body: bytes, fields: tuple[str, ...]) -> dict[str, str]:
             )
         result[name] = item or ""
     return result
+
+
+def _go_quote(text: bytes) -> str:
+    """Go's strconv.Quote of a short byte string."""
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError:
+        decoded = None
+    out = []
+    if decoded is not None:
+        for char in decoded:
+            if char in '"\\':
+                out.append("\\" + char)
+            elif char.isprintable():
+                out.append(char)
+            else:
+                out.append(f"\\x{ord(char):02x}" if ord(char) < 0x80 else f"\\u{ord(char):04x}")
+    else:
+        for byte in text:
+            char = chr(byte)
+            if char in '"\\':
+                out.append("\\" + char)
+            elif 0x20 <= byte < 0x7F:
+                out.append(char)
+            else:
+                out.append(f"\\x{byte:02x}")
+    return '"' + "".join(out) + '"'
+
+
+def _go_unescape_error(text: bytes) -> str | None:
+    """Go's url.QueryUnescape error for `text`, or None when it unescapes."""
+    hexdigits = b"0123456789abcdefABCDEF"
+    i = 0
+    while i < len(text):
+        if text[i : i + 1] == b"%":
+            if i + 2 >= len(text) or text[i + 1] not in hexdigits or text[i + 2] not in hexdigits:
+                return f"invalid URL escape {_go_quote(text[i : i + 3])}"
+            i += 3
+        else:
+            i += 1
+    return None
+
+
+def go_query_error(raw: bytes) -> str:
+    """The error text of Go's url.ParseQuery for a raw query it refuses: the first bad escape
+    (``invalid URL escape "%zz"``), or ``invalid semicolon separator in query`` when a ``;``
+    comes after it."""
+    error = ""
+    for pair in raw.split(b"&"):
+        if b";" in pair:
+            error = "invalid semicolon separator in query"
+            continue
+        for part in pair.split(b"=", 1) if pair else ():
+            bad = _go_unescape_error(part)
+            if bad is not None:
+                error = error or bad
+                break
+    return error or "INVALID_REQUEST"
 
 
 def _json_response(status: int, payload: Json) -> Response:
@@ -263,7 +321,11 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
 
     @api("/api/topics", ["GET"])
     async def topics(report: Report) -> Json:
-        params = query()
+        try:
+            params = query()
+        except HTTPError:
+            # Go's topicsHandler answers url.ParseQuery's own error text
+            raise HTTPError(400, go_query_error(request.query_string)) from None
         cluster = admin.cluster
         nsqd_answers: list[tuple[str, Json]] | None = None
         if cluster.lookupd_addresses:

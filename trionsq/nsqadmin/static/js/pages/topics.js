@@ -1,21 +1,35 @@
 // Topics: every topic in the cluster with its depth, its channels' backlog, message count and a
-// live rate chart.
+// live rate chart; with lookupd, a switch that also lists the inactive topics (known to
+// nsqlookupd, produced by no nsqd) with their channels.
 
 import { api } from "../api.js";
 import { h, render } from "../dom.js";
+import { config } from "../config.js";
 import { RateTracker, sparkline } from "../chart.js";
 import { commafy } from "../format.js";
-import { empty, link, memDisk, num, pausedBadge, topicPath } from "./common.js";
+import { badge, channelPath, empty, link, memDisk, num, pausedBadge, topicPath } from "./common.js";
+
+// The switch's state, kept while the app runs (leaving the page and coming back keeps it).
+let showInactive = false;
 
 export function mount(root, _params, ctx) {
   document.title = "Topics · nsqadmin";
   const rates = new RateTracker();
   const sub = h("span.sub", { testid: "page-sub" });
   const body = h("div", { testid: "topics-body" });
-  root.append(h("div.page-head", h("h1", { testid: "page-title" }, "Topics"), sub), body);
+  const inactiveBody = h("div", { testid: "inactive-body" });
+  const head = h("div.page-head", h("h1", { testid: "page-title" }, "Topics"), sub);
+  // Inactive topics come from nsqlookupd: nothing to show in --nsqd-http-address mode.
+  const lookupd = config.nsqlookupd.length > 0;
+  if (lookupd) head.append(inactiveSwitch(ctx));
+  root.append(head, body, inactiveBody);
 
   ctx.poll(async () => {
-    const data = await api.get("/topics?stats=true");
+    const [data, inactive] = await Promise.all([
+      api.get("/topics?stats=true"),
+      lookupd && showInactive ? api.get("/topics?inactive=true") : null,
+    ]);
+    render(inactiveBody, inactive ? inactiveTopics(inactive) : null);
     const now = performance.now();
     const topics = [...(data.topics || [])].sort();
     const stats = data.stats || null;
@@ -91,3 +105,56 @@ export function mount(root, _params, ctx) {
   });
 }
 
+
+function inactiveSwitch(ctx) {
+  const box = h("input", { type: "checkbox", testid: "show-inactive" });
+  box.checked = showInactive;
+  box.addEventListener("change", () => {
+    showInactive = box.checked;
+    ctx.refresh();
+  });
+  return h(
+    "label.switch",
+    { title: "also list the topics nsqlookupd knows that no nsqd produces, with their channels" },
+    box,
+    "Show inactive topics",
+  );
+}
+
+// /api/topics?inactive=true: {"topics": {"<topic>": ["<channel>", ...]}}
+function inactiveTopics(answer) {
+  const map = answer.topics && !Array.isArray(answer.topics) ? answer.topics : {};
+  const names = Object.keys(map).sort();
+  const title = h("h2", { testid: "inactive-title" }, `Inactive topics (${names.length})`);
+  if (!names.length) return [title, empty("Every topic nsqlookupd knows has a producer.", "no-inactive")];
+  return [
+    title,
+    h(
+      "table.grid",
+      { testid: "inactive-topics" },
+      h("thead", h("tr", h("th", "Topic"), h("th", "Channels"))),
+      h(
+        "tbody",
+        names.map((t) => {
+          const channels = [...(map[t] || [])].sort();
+          return h(
+            "tr",
+            { testid: "inactive-topic", data: { topic: t, key: t } },
+            h(
+              "td.name",
+              link(topicPath(t), t, { testid: "topic-link" }),
+              " ",
+              badge("no producer", "warn", { title: "known to nsqlookupd, produced by no nsqd" }),
+            ),
+            h(
+              "td",
+              channels.length
+                ? channels.map((c) => link(channelPath(t, c), c, { class: "chip", testid: "inactive-channel", data: { channel: c } }))
+                : h("span.muted", "none"),
+            ),
+          );
+        }),
+      ),
+    ),
+  ];
+}
