@@ -1,0 +1,152 @@
+"""The pipeline: ``archive`` (topic -> Parquet by date, deduplicated) survives a stop between
+batches and restarts from its checkpoint without losing or duplicating a message; ``replay``
+publishes an archive back into a topic; the ``trionsq spark`` command line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from trionsq.spark.pipeline import archive, read_archive, replay
+from trionsq.testing import DaemonProcess, pythonpath_env
+
+from .conftest import channel_stats, consume, http, publish, tcp
+
+
+def _wait(predicate: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_archive_stop_between_batches_and_restart_loses_and_duplicates_nothing(
+    spark: Any, nsqd: DaemonProcess, tmp_dir: str
+) -> None:
+    bodies = [f"archived {i}".encode() for i in range(1000)]
+    publish(nsqd, "pipe_arch", bodies)
+    out = f"{tmp_dir}/archive"
+    options = {"maxMessagesPerBatch": "150", "msgTimeout": "1s", "availableNowIdleTimeout": "2s"}
+    common = dict(topic="pipe_arch", nsqd=[tcp(nsqd)], output=out, options=options)
+
+    # Run 1: a continuous query, stopped after a few batches (the last ones never committed
+    # to nsqd: their messages come back).
+    query = archive(spark, trigger="0 seconds", **common)
+    _wait(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= 450)
+    query.stop()
+    first = read_archive(spark, out).count()
+    assert 0 < first < len(bodies)
+
+    # Run 2 (from the checkpoint): everything else, and the redelivered messages of run 1.
+    query = archive(spark, available_now=True, **common)
+    assert query.awaitTermination(120) and query.exception() is None
+    # Run 3: its last batch redelivered again: a replay adds no row.
+    query = archive(spark, available_now=True, **common)
+    assert query.awaitTermination(120) and query.exception() is None
+    replayed = sum(p["numInputRows"] for p in query.recentProgress)
+    assert replayed > 0
+
+    rows = read_archive(spark, out).collect()
+    assert sorted(r.body for r in rows) == sorted(bodies)  # every body exactly once
+    assert len({(r.nsqd, r.id) for r in rows}) == len(bodies)
+    assert {str(r.date) for r in rows} == {r.timestamp.strftime("%Y-%m-%d") for r in rows}
+    assert channel_stats(nsqd, "pipe_arch", "nsq_archive")["depth"] == 0
+
+
+def test_replay_publishes_the_archive_back(spark: Any, nsqd: DaemonProcess, tmp_dir: str) -> None:
+    bodies = [f"replayed {i}".encode() for i in range(800)]
+    publish(nsqd, "pipe_src", bodies)
+    out = f"{tmp_dir}/archive"
+    query = archive(
+        spark,
+        topic="pipe_src",
+        nsqd=[tcp(nsqd)],
+        output=out,
+        available_now=True,
+        options={"availableNowIdleTimeout": "1s"},
+    )
+    assert query.awaitTermination(120) and query.exception() is None
+    replay(spark, input=out, nsqd=[tcp(nsqd)], topic="pipe_dst")
+    assert sorted(consume(nsqd, "pipe_dst", len(bodies))) == sorted(bodies)
+    # Without a topic, rows go back to their own topic (the archive's topic column).
+    url = f"http://{http(nsqd)}/channel/create?topic=pipe_src&channel=check"
+    urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=5).close()
+    replay(spark, input=out, nsqd=[tcp(nsqd)], where="body LIKE 'replayed 1%'")
+    expected = sorted(b for b in bodies if b.startswith(b"replayed 1"))
+    assert sorted(consume(nsqd, "pipe_src", len(expected), timeout=10)) == expected
+
+
+def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
+    spark: Any, nsqd: DaemonProcess, tmp_dir: str
+) -> None:
+    """`trionsq spark archive` in its own process (driver and JVM) SIGKILLed mid-stream, then
+    the archive restarted from the same checkpoint: every message once."""
+    bodies = [f"cli {i}".encode() for i in range(600)]
+    publish(nsqd, "pipe_cli", bodies)
+    out = f"{tmp_dir}/archive"
+    options = {"maxMessagesPerBatch": "100", "msgTimeout": "1s", "availableNowIdleTimeout": "2s"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "trionsq",
+        "spark",
+        "archive",
+        "--topic=pipe_cli",
+        f"--output={out}",
+        f"--nsqd-tcp-address={tcp(nsqd)}",
+        "--trigger-interval=0s",
+        *(f"--source-opt={k}={v}" for k, v in options.items()),
+        "--master=local[2]",
+        "--log-level=error",
+        "--conf=spark.ui.enabled=false",
+        "--conf=spark.ui.showConsoleProgress=false",
+        "--conf=spark.driver.bindAddress=127.0.0.1",
+        "--conf=spark.driver.host=127.0.0.1",
+        "--conf=spark.sql.shuffle.partitions=2",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=pythonpath_env(), stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("batch 2:"):
+                break
+        else:
+            raise AssertionError("the archive process ended early")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the driver and its JVM at once
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    killed_with = read_archive(spark, out).count()
+    assert killed_with < len(bodies)
+    query = archive(
+        spark,
+        topic="pipe_cli",
+        nsqd=[tcp(nsqd)],
+        output=out,
+        available_now=True,
+        options=options,
+    )
+    assert query.awaitTermination(120) and query.exception() is None
+    rows = read_archive(spark, out).collect()
+    assert sorted(r.body for r in rows) == sorted(bodies)
+
+
+def test_cli_bad_flags_give_one_line_and_usage() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "trionsq", "spark", "archive", "--topic=x", "--bogus"],
+        env=pythonpath_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    first = run.stderr.splitlines()[0]
+    assert first.startswith("trionsq spark archive: ") and "usage:" in run.stderr

@@ -1,0 +1,199 @@
+"""The ``nsq`` data source's options: parsing and validation of Spark's string options into
+`SourceOptions` (streaming reads) and `SinkOptions` (batch and streaming writes).
+
+No pyspark here: these run on the driver, in the reader process and in executors alike. Option
+names are case-insensitive (Spark lower-cases them); durations are seconds (``"2.5"``) or
+Go-style (``"500ms"``, ``"30s"``, ``"2m"``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..client.connection import parse_address
+from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+
+__all__ = [
+    "NSQD_MAX_RDY",
+    "OptionError",
+    "SinkOptions",
+    "SourceOptions",
+    "parse_duration",
+]
+
+#: nsqd's default ``--max-rdy-count``: the most one connection may have in flight.
+NSQD_MAX_RDY = 2500
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
+_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class OptionError(ValueError):
+    """An ``nsq`` data source option is missing or invalid."""
+
+
+def parse_duration(value: str, name: str) -> float:
+    """Seconds from ``"2.5"``, ``"500ms"``, ``"30s"``, ``"2m"`` or ``"1h"``."""
+    m = _DURATION.match(value)
+    if not m:
+        raise OptionError(f"option {name}: invalid duration {value!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+class _Reader:
+    """Typed access to Spark's case-insensitive string options."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = {str(k).lower(): str(v) for k, v in options.items()}
+
+    def text(self, name: str, default: str = "") -> str:
+        return self.options.get(name.lower(), default).strip()
+
+    def names(self, name: str) -> list[str]:
+        return [part.strip() for part in self.text(name).split(",") if part.strip()]
+
+    def int(self, name: str, default: int, minimum: int = 1) -> int:
+        raw = self.text(name)
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise OptionError(f"option {name}: {raw!r} is not an integer") from None
+        if value < minimum:
+            raise OptionError(f"option {name}: {value} is below {minimum}")
+        return value
+
+    def duration(self, name: str, default: float) -> float:
+        raw = self.text(name)
+        return parse_duration(raw, name) if raw else default
+
+
+def _addresses(reader: _Reader) -> tuple[list[str], list[str]]:
+    nsqd = reader.names("nsqd")
+    lookupd = reader.names("lookupd")
+    for address in nsqd:
+        try:
+            parse_address(address)
+        except ValueError:
+            raise OptionError(f"option nsqd: {address!r} is not host:port") from None
+    if not nsqd and not lookupd:
+        raise OptionError("give option nsqd (nsqd TCP addresses) or lookupd (nsqlookupd HTTP)")
+    return nsqd, lookupd
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What ``spark.readStream.format("nsq")`` understands (see docs/spark.md)."""
+
+    topic: str
+    channel: str
+    nsqd: tuple[str, ...]
+    lookupd: tuple[str, ...]
+    #: Most rows in one micro-batch (Spark's default read limit, ReadMaxRows).
+    max_messages_per_batch: int = 10_000
+    #: NSQ in-flight window per nsqd (the sum of RDY over its connections). Messages stay in
+    #: flight until the batch holding them is committed, so one batch takes at most half of it.
+    max_in_flight: int = 20_000
+    #: Connections per nsqd (each may hold at most nsqd's --max-rdy-count in flight).
+    connections_per_nsqd: int = 8
+    #: IDENTIFY msg_timeout (seconds); unfinished messages are TOUCHed every half of it.
+    msg_timeout: float = 60.0
+    #: How often TOUCH is sent for every unfinished message (default msg_timeout / 2).
+    touch_interval: float = 30.0
+    #: How long lookupd is polled between discoveries.
+    lookupd_poll_interval: float = 60.0
+    #: Trigger.AvailableNow ends once every connection was quiet this long (or went past
+    #: the moment the trigger started).
+    available_now_idle: float = 2.0
+    #: Input partitions per micro-batch (Spark tasks).
+    num_partitions: int = 2
+    heartbeat_interval: float = 30.0
+    connect_timeout: float = 5.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        r = _Reader(options)
+        topic, channel = r.text("topic"), r.text("channel")
+        if not topic:
+            raise OptionError("option topic is required")
+        if not is_valid_topic_name(topic):
+            raise OptionError(f"option topic: {topic!r} is not a valid NSQ topic name")
+        if not channel:
+            raise OptionError("option channel is required")
+        if not is_valid_channel_name(channel):
+            raise OptionError(f"option channel: {channel!r} is not a valid NSQ channel name")
+        nsqd, lookupd = _addresses(r)
+        per_batch = r.int("maxMessagesPerBatch", 10_000)
+        in_flight = r.int("maxInFlight", 2 * per_batch)
+        default_conns = max(1, math.ceil(in_flight / NSQD_MAX_RDY))
+        conns = r.int("connectionsPerNsqd", default_conns)
+        if in_flight < 2 * conns:
+            raise OptionError(
+                f"option maxInFlight: {in_flight} leaves connectionsPerNsqd={conns} "
+                "connections less than 2 messages each"
+            )
+        msg_timeout = r.duration("msgTimeout", 60.0)
+        if not 1.0 <= msg_timeout <= 900.0:
+            raise OptionError("option msgTimeout: must be within 1s..15m (nsqd's range)")
+        touch = r.duration("touchInterval", msg_timeout / 2)
+        if not 0 < touch < msg_timeout:
+            raise OptionError("option touchInterval: must be above 0 and below msgTimeout")
+        return cls(
+            topic=topic,
+            channel=channel,
+            nsqd=tuple(nsqd),
+            lookupd=tuple(lookupd),
+            max_messages_per_batch=per_batch,
+            max_in_flight=in_flight,
+            connections_per_nsqd=conns,
+            msg_timeout=msg_timeout,
+            touch_interval=touch,
+            lookupd_poll_interval=r.duration("lookupdPollInterval", 60.0),
+            available_now_idle=r.duration("availableNowIdleTimeout", 2.0),
+            num_partitions=r.int("numPartitions", 2),
+            heartbeat_interval=r.duration("heartbeatInterval", 30.0),
+            connect_timeout=r.duration("connectTimeout", 5.0),
+        )
+
+    @property
+    def rdy_per_connection(self) -> int:
+        """The RDY each connection gets (nsqd caps it at its --max-rdy-count)."""
+        return max(1, self.max_in_flight // self.connections_per_nsqd)
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """What ``df.write.format("nsq")`` / ``writeStream.format("nsq")`` understand."""
+
+    nsqd: tuple[str, ...]
+    lookupd: tuple[str, ...]
+    #: The topic for every row; without it each row's ``topic`` column names its topic.
+    topic: str = ""
+    #: Most messages per MPUB.
+    batch_size: int = 1000
+    #: Most body bytes per MPUB (keep under nsqd's --max-body-size, 5 MiB by default).
+    batch_bytes: int = 1024 * 1024
+    #: MPUBs outstanding per connection.
+    max_pipeline: int = 8
+    connect_timeout: float = 5.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        r = _Reader(options)
+        nsqd, lookupd = _addresses(r)
+        topic = r.text("topic")
+        if topic and not is_valid_topic_name(topic):
+            # The NSQ error nsqd would answer, raised before any task runs.
+            raise OptionError(f'E_BAD_TOPIC topic name "{topic}" is not valid')
+        return cls(
+            nsqd=tuple(nsqd),
+            lookupd=tuple(lookupd),
+            topic=topic,
+            batch_size=r.int("batchSize", 1000),
+            batch_bytes=r.int("batchBytes", 1024 * 1024),
+            max_pipeline=r.int("maxPipeline", 8),
+            connect_timeout=r.duration("connectTimeout", 5.0),
+        )
