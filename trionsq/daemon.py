@@ -1,13 +1,17 @@
-"""What every trionsq daemon shares as a program: `StartupError`, running in the foreground
-until SIGINT/SIGTERM (`run_until_signalled`), and the exit codes of Go's daemons (0 after a
-clean shutdown, 1 with one FATAL line when it cannot start)."""
+"""What every trionsq daemon shares as a program: `StartupError`, starting its HTTP server
+(`start_http`), running in the foreground until SIGINT/SIGTERM (`run_until_signalled`), and the
+exit codes of Go's daemons (0 after a clean shutdown, 1 with one FATAL line when it cannot
+start)."""
 
 from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import trio
 
 
 class StartupError(Exception):
@@ -24,6 +28,36 @@ def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The first exception of a (nested) exception group."""
     first = group.exceptions[0]
     return first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def listen_failed(address: str, err: BaseException) -> StartupError:
+    """Go's ``listen (<address>) failed - <reason>``."""
+    reason = getattr(err, "strerror", None) or err
+    return StartupError(f"listen ({address}) failed - {reason}")
+
+
+async def start_http(
+    nursery: trio.Nursery, serve: Callable[..., Awaitable[None]], address: str
+) -> tuple[str, int]:
+    """Start ``serve(bind, task_status=...)`` (a daemon's ``serve_http``, started with its bound
+    URLs) in `nursery` on Go's listen address `address` (empty: any host, any port); the bound
+    host and port. A bad address or a failed bind is Go's ``listen (...) failed`` `StartupError`."""
+    from .nsqd.addresses import split_host_port
+
+    try:
+        host, port = split_host_port(address or ":0")
+        bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        urls = await nursery.start(serve, bind, name="http")
+    except (OSError, ValueError) as err:
+        raise listen_failed(address, err) from err
+    except BaseExceptionGroup as group:
+        # hypercorn's bind error comes out of its own nursery
+        matched, rest = group.split((OSError, ValueError))
+        if matched is None or rest is not None:
+            raise
+        raise listen_failed(address, first_leaf(matched)) from group
+    bound_host, _, bound_port = urls[0].rpartition(":")
+    return bound_host.removeprefix("http://").strip("[]"), int(bound_port)
 
 
 def run_until_signalled(daemon: Daemon, log: logging.Logger, signal_prefix: str = "") -> int:

@@ -71,62 +71,36 @@ def build_traffic(cluster: Cluster) -> list[WavePublisher]:
     n1.post("/topic/pause", topic="audit_log")
     n2.post("/channel/pause", topic="clicks", channel="sessionizer")
     n2.mpub("clicks", 40)
-    c = cluster.consumers
-    for node, ua in (
-        (n1, "billing-service/3.2.0 go-nsq/1.1.0"),
-        (n2, "billing-service/3.2.0 go-nsq/1.1.0"),
-    ):
-        c.add(
-            "orders",
-            "billing",
-            [node.tcp],
+    billing_ua = "billing-service/3.2.0 go-nsq/1.1.0"
+    shipping_ua = "shipping-worker/1.4 pynsq/0.9.1"
+    # (topic, channel, nsqds, client id, user agent, max in flight, other options)
+    consumers: list[tuple[str, str, list[Nsqd], str, str, int, dict[str, bool]]] = [
+        ("orders", "billing", [n1], "billing", billing_ua, 50, {"snappy": True}),
+        ("orders", "billing", [n2], "billing", billing_ua, 50, {"snappy": True}),
+        ("orders", "shipping", [n1, n2], "shipping", shipping_ua, 25, {"deflate": True}),
+        ("orders", "shipping", [n1], "shipping-slow", shipping_ua, 8, {"hold": True}),
+        ("payments", "ledger", [n1, n2], "ledger", "ledger/2.0 trionsq/0.1.0", 20, {}),
+        (
+            "clicks",
+            "sessionizer",
+            [n1, n2],
+            "sessionizer",
+            "sessionizer/0.7 trionsq/0.1.0",
+            100,
+            {},
+        ),
+        ("thumbnails", "resizer", [n1], "resizer", "resizer/5.1 go-nsq/1.1.0", 4, {}),
+    ]
+    for topic, channel, nodes, client_id, ua, max_in_flight, options in consumers:
+        cluster.consumers.add(
+            topic,
+            channel,
+            [node.tcp for node in nodes],
             user_agent=ua,
-            snappy=True,
-            max_in_flight=50,
-            client_id="billing",
+            max_in_flight=max_in_flight,
+            client_id=client_id,
+            **options,
         )
-    c.add(
-        "orders",
-        "shipping",
-        [n1.tcp, n2.tcp],
-        user_agent="shipping-worker/1.4 pynsq/0.9.1",
-        deflate=True,
-        max_in_flight=25,
-        client_id="shipping",
-    )
-    c.add(
-        "orders",
-        "shipping",
-        [n1.tcp],
-        user_agent="shipping-worker/1.4 pynsq/0.9.1",
-        hold=True,
-        max_in_flight=8,
-        client_id="shipping-slow",
-    )
-    c.add(
-        "payments",
-        "ledger",
-        [n1.tcp, n2.tcp],
-        user_agent="ledger/2.0 trionsq/0.1.0",
-        max_in_flight=20,
-        client_id="ledger",
-    )
-    c.add(
-        "clicks",
-        "sessionizer",
-        [n1.tcp, n2.tcp],
-        user_agent="sessionizer/0.7 trionsq/0.1.0",
-        max_in_flight=100,
-        client_id="sessionizer",
-    )
-    c.add(
-        "thumbnails",
-        "resizer",
-        [n1.tcp],
-        user_agent="resizer/5.1 go-nsq/1.1.0",
-        max_in_flight=4,
-        client_id="resizer",
-    )
     return [
         WavePublisher([n1, n2], "orders", base=60, swing=35, period=11),
         WavePublisher([n1, n2], "payments", base=18, swing=10, period=7),

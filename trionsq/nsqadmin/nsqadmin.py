@@ -20,8 +20,7 @@ from typing import Any
 import httpx
 import trio
 
-from ..daemon import StartupError, first_leaf
-from ..nsqd.addresses import split_host_port
+from ..daemon import StartupError, start_http
 from ..version import version_string
 from .cluster import ClusterInfo
 from .http_api import serve_http
@@ -33,11 +32,6 @@ from .upstream import UpstreamClient, build_ssl_context
 __all__ = ["NSQAdmin"]
 
 log = logging.getLogger("trionsq.nsqadmin")
-
-
-def _listen_failed(address: str, err: BaseException) -> StartupError:
-    reason = getattr(err, "strerror", None) or err
-    return StartupError(f"listen ({address}) failed - {reason}")
 
 
 def _client_ssl_context(options: NSQAdminOptions) -> ssl.SSLContext:
@@ -129,20 +123,9 @@ class NSQAdmin:
             self._exited.set()
 
     async def _start_http(self, nursery: trio.Nursery) -> None:
-        address = self.options.http_address
-        try:
-            host, port = split_host_port(address or ":0")
-            bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            urls = await nursery.start(functools.partial(serve_http, self, bind), name="http")
-        except (OSError, ValueError) as err:
-            raise _listen_failed(address, err) from err
-        except BaseExceptionGroup as group:
-            matched, rest = group.split((OSError, ValueError))
-            if matched is None or rest is not None:
-                raise
-            raise _listen_failed(address, first_leaf(matched)) from group
-        bound_host, _, bound_port = urls[0].rpartition(":")
-        self.http_address = (bound_host.removeprefix("http://").strip("[]"), int(bound_port))
+        self.http_address = await start_http(
+            nursery, functools.partial(serve_http, self), self.options.http_address
+        )
 
     def request_exit(self) -> None:
         """Begin the shutdown (idempotent)."""

@@ -17,9 +17,10 @@ from trionsq.options import (
     DURATION,
     STRING,
     STRINGS,
-    Flag,
     FlagSet,
+    FlagSpec,
     ValidationError,
+    flagset_from_specs,
     parse_options,
 )
 
@@ -156,7 +157,7 @@ _STATSD_FORMAT_HELP = (
 )
 
 # (flag name, kind, help, extra Flag keyword arguments), in Go's order
-_FLAG_SPECS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+_FLAG_SPECS: tuple[FlagSpec, ...] = (
     ("config", STRING, "path to config file", {"cfg": None}),
     ("version", BOOL, "print version string", {"cfg": None}),
     (
@@ -236,17 +237,7 @@ _FLAG_SPECS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
 def nsqadmin_flagset(defaults: NSQAdminOptions | None = None) -> FlagSet:
     """nsqadmin's flag table (defaults from ``defaults`` or a fresh `NSQAdminOptions`)."""
     base = NSQAdminOptions() if defaults is None else defaults
-    flags = [
-        Flag(
-            name,
-            kind,
-            getattr(base, extra.get("field") or name.replace("-", "_")),
-            help_text,
-            **extra,
-        )
-        for name, kind, help_text, extra in _FLAG_SPECS
-    ]
-    return FlagSet("nsqadmin", flags)
+    return flagset_from_specs("nsqadmin", _FLAG_SPECS, base)
 
 
 def parse_nsqadmin_args(argv: Sequence[str]) -> NSQAdminOptions:

@@ -19,7 +19,8 @@ from typing import Any
 
 import trio
 
-from ..daemon import StartupError, first_leaf
+from ..daemon import StartupError as StartupError  # re-exported: run() raises it
+from ..daemon import listen_failed, start_http
 from ..nsqd.addresses import split_host_port
 from ..version import version_string
 from .http_api import serve_http
@@ -34,12 +35,6 @@ log = logging.getLogger("trionsq.nsqlookupd")
 def _host_port(address: str) -> tuple[str, int]:
     """Go's net.Listen address: ``host:port``; an empty address is any host, any port."""
     return split_host_port(address or ":0")
-
-
-def _listen_failed(address: str, err: BaseException) -> StartupError:
-    """Go's ``listen (<address>) failed - <reason>``."""
-    reason = getattr(err, "strerror", None) or err
-    return StartupError(f"listen ({address}) failed - {reason}")
 
 
 def _bound(listener: trio.SocketListener) -> tuple[str, int]:
@@ -108,26 +103,14 @@ class NSQLookupd:
             # trio sets SO_REUSEADDR, so a restart right after a kill can rebind the port.
             listeners = await trio.open_tcp_listeners(port, host=host or None)
         except (OSError, ValueError) as err:
-            raise _listen_failed(address, err) from err
+            raise listen_failed(address, err) from err
         self.tcp_address = _bound(listeners[0])
         return listeners
 
     async def _start_http(self, nursery: trio.Nursery) -> None:
-        address = self.options.http_address
-        try:
-            host, port = _host_port(address)
-            bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            urls = await nursery.start(functools.partial(serve_http, self, bind), name="http")
-        except (OSError, ValueError) as err:
-            raise _listen_failed(address, err) from err
-        except BaseExceptionGroup as group:
-            # hypercorn's bind error comes out of its own nursery
-            matched, rest = group.split((OSError, ValueError))
-            if matched is None or rest is not None:
-                raise
-            raise _listen_failed(address, first_leaf(matched)) from group
-        bound_host, _, bound_port = urls[0].rpartition(":")
-        self.http_address = (bound_host.removeprefix("http://").strip("[]"), int(bound_port))
+        self.http_address = await start_http(
+            nursery, functools.partial(serve_http, self), self.options.http_address
+        )
 
     async def _handler(self, stream: trio.SocketStream) -> None:
         await handle_connection(self, stream)

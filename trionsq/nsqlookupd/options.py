@@ -6,16 +6,16 @@ from __future__ import annotations
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from trionsq.logs import parse_log_level
 from trionsq.options import (
     BOOL,
     DURATION,
     STRING,
-    Flag,
     FlagSet,
+    FlagSpec,
     ValidationError,
+    flagset_from_specs,
     parse_options,
 )
 
@@ -54,7 +54,7 @@ class NSQLookupdOptions:
 
 
 # (flag name, kind, help, extra Flag keyword arguments), in Go's order
-_FLAG_SPECS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+_FLAG_SPECS: tuple[FlagSpec, ...] = (
     ("config", STRING, "path to config file", {"cfg": None}),
     ("version", BOOL, "print version string", {"cfg": None}),
     (
@@ -91,11 +91,7 @@ _FLAG_SPECS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
 def nsqlookupd_flagset(defaults: NSQLookupdOptions | None = None) -> FlagSet:
     """nsqlookupd's flag table (defaults from ``defaults`` or a fresh `NSQLookupdOptions`)."""
     base = NSQLookupdOptions() if defaults is None else defaults
-    flags = [
-        Flag(name, kind, getattr(base, name.replace("-", "_")), help_text, **extra)
-        for name, kind, help_text, extra in _FLAG_SPECS
-    ]
-    return FlagSet("nsqlookupd", flags)
+    return flagset_from_specs("nsqlookupd", _FLAG_SPECS, base)
 
 
 def parse_nsqlookupd_args(argv: Sequence[str]) -> NSQLookupdOptions:

@@ -13,10 +13,12 @@ from .goflags import (
     Flag,
     FlagError,
     FlagSet,
+    FlagSpec,
     HelpRequested,
     OptionsError,
     ParsedArgs,
     ValidationError,
+    flagset_from_specs,
 )
 from .goparse import (
     GoParseError,
@@ -40,6 +42,7 @@ __all__ = [
     "Flag",
     "FlagError",
     "FlagSet",
+    "FlagSpec",
     "GoParseError",
     "HelpRequested",
     "OptionsError",
@@ -47,6 +50,7 @@ __all__ = [
     "Resolved",
     "ValidationError",
     "coerce_config_value",
+    "flagset_from_specs",
     "format_duration",
     "go_quote",
     "load_config",

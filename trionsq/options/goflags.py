@@ -260,6 +260,26 @@ class FlagSet:
         return "\n".join(lines) + "\n"
 
 
+#: (flag name, kind, help, extra `Flag` keyword arguments): a daemon's flag table row
+FlagSpec = tuple[str, str, str, dict[str, Any]]
+
+
+def flagset_from_specs(name: str, specs: Iterable[FlagSpec], defaults: object) -> FlagSet:
+    """The FlagSet ``name`` of `specs`; each flag's default is the attribute of `defaults` it
+    fills (the ``field`` given in its extra arguments, else its name with ``-`` -> ``_``)."""
+    flags = [
+        Flag(
+            flag,
+            kind,
+            getattr(defaults, extra.get("field") or flag.replace("-", "_")),
+            help_text,
+            **extra,
+        )
+        for flag, kind, help_text, extra in specs
+    ]
+    return FlagSet(name, flags)
+
+
 def _type_name(f: Flag) -> str:
     if f.type_name is not None:
         return f.type_name

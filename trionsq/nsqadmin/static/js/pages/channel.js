@@ -3,24 +3,27 @@
 
 import { api, isNotFound } from "../api.js";
 import { h, render } from "../dom.js";
-import { config, enc } from "../config.js";
+import { enc } from "../config.js";
 import { RateTracker, sparkline } from "../chart.js";
 import { commafy, connectedFor } from "../format.js";
 import { runAction } from "../actions.js";
 import { unansweredMap } from "../banners.js";
 import {
-  actionBar,
   badge,
+  downNodeRows,
   e2eCells,
+  e2eGroupRow,
   e2eHeaders,
   empty,
   link,
-  memDisk,
+  nodeNameCell,
   nodePath,
-  notAnsweringBadge,
   num,
   pausedBadge,
   quantiles,
+  queueActionBar,
+  statCells,
+  statHeaders,
   topicPath,
 } from "./common.js";
 
@@ -61,72 +64,27 @@ export function mount(root, params, ctx) {
       (a, b) => String(a.node).localeCompare(String(b.node)) || String(a.hostname).localeCompare(String(b.hostname)),
     );
     render(title, h("span.kind", "Channel "), channel, h("span.kind", " of topic "), topic, " ", pausedBadge(data.paused));
-    render(
-      actions,
-      nodes.length
-        ? actionBar([
-            data.paused
-              ? { action: "unpause", label: "Unpause channel", kind: "ok" }
-              : { action: "pause", label: "Pause channel", kind: "primary" },
-            { action: "empty", label: "Empty channel", kind: "warn" },
-            { action: "delete", label: "Delete channel", kind: "danger" },
-          ])
-        : null,
-    );
+    render(actions, nodes.length ? queueActionBar("channel", data.paused) : null);
 
     const qs = quantiles(data.e2e_processing_latency, ...nodes.map((n) => n.e2e_processing_latency));
-    const statCells = (s) => [
-      num(s.depth, "depth"),
-      memDisk(s),
-      num(s.in_flight_count, "in-flight"),
-      num(s.deferred_count, "deferred"),
-      num(s.requeue_count, "requeued"),
-      num(s.timeout_count, "timed-out"),
-      num(s.message_count, "messages"),
-      num(s.client_count, "connections"),
-    ];
     const nodeRows = nodes.map((n) =>
       h(
         "tr",
         { testid: "node-row", data: { node: n.node, key: n.node } },
-        h("td.name", link(nodePath(n.node), n.node, { testid: "node-link" }), n.hostname && n.hostname !== n.node ? h("span.host", n.hostname) : null, " ", pausedBadge(n.paused)),
+        nodeNameCell(n),
         h("td.chart", sparkline(rates.observe(`node:${n.node}`, n.message_count, now).points, { title: `${n.node} msgs/s` })),
-        ...statCells(n),
+        ...statCells(n, n.client_count),
         ...e2eCells(n.e2e_processing_latency, qs),
       ),
     );
-    const shown = new Set(nodes.map((n) => n.node));
-    for (const [address, error] of down) {
-      if (shown.has(address) || config.nsqlookupd.includes(address)) continue;
-      nodeRows.push(
-        h(
-          "tr.down",
-          { testid: "node-row", data: { node: address, key: address, down: "true" } },
-          h("td.name", link(nodePath(address), address)),
-          h("td.muted", { colspan: 9 + qs.length }, notAnsweringBadge(error), ` ${error}`),
-        ),
-      );
-    }
+    nodeRows.push(...downNodeRows(down, nodes, 9 + qs.length));
     const nodeTable = h(
       "table.grid",
       { testid: "channel-nodes" },
       h(
         "thead",
-        qs.length ? h("tr.group", h("th", { colspan: 10 }), h("th.center", { colspan: qs.length }, "E2E processing latency")) : null,
-        h(
-          "tr",
-          h("th", "nsqd"),
-          h("th", "Rate (msgs/s)"),
-          h("th.num", "Depth"),
-          h("th.num", "Memory + Disk"),
-          h("th.num", "In flight"),
-          h("th.num", "Deferred"),
-          h("th.num", "Requeued"),
-          h("th.num", "Timed out"),
-          h("th.num", "Messages"),
-          h("th.num", "Connections"),
-          ...e2eHeaders(qs),
-        ),
+        e2eGroupRow(qs),
+        h("tr", h("th", "nsqd"), h("th", "Rate (msgs/s)"), ...statHeaders(), ...e2eHeaders(qs)),
       ),
       h("tbody", nodeRows),
       h(
@@ -136,7 +94,7 @@ export function mount(root, params, ctx) {
           { testid: "channel-total" },
           h("td", "Total"),
           h("td.chart", sparkline(rates.observe("channel", data.message_count, now).points, { testid: "channel-rate-chart", title: `${channel} msgs/s` })),
-          ...statCells(data),
+          ...statCells(data, data.client_count),
           ...e2eCells(data.e2e_processing_latency, qs),
         ),
       ),

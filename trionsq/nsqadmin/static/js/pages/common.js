@@ -1,6 +1,8 @@
 // Pieces shared by the pages: links, badges, number cells, e2e latency columns, action buttons.
 
+import { api } from "../api.js";
 import { h } from "../dom.js";
+import { runAction } from "../actions.js";
 import { config, enc, pagePath } from "../config.js";
 import { commafy, nanos, quantileLabel } from "../format.js";
 
@@ -114,3 +116,100 @@ export function sumChannels(channels, field) {
   for (const c of channels || []) total += Number(c[field] || 0);
   return total;
 }
+
+// A topic's in-flight, deferred, requeued and timed-out counts, summed over its channels.
+export function channelTotals(channels) {
+  return {
+    in_flight_count: sumChannels(channels, "in_flight_count"),
+    deferred_count: sumChannels(channels, "deferred_count"),
+    requeue_count: sumChannels(channels, "requeue_count"),
+    timeout_count: sumChannels(channels, "timeout_count"),
+  };
+}
+
+// The number cells of a row: depth, memory + disk, in flight, deferred, requeued, timed out,
+// messages, then `count` (connections, or channels for a topic). `counts` holds the in-flight,
+// deferred, requeued and timed-out numbers when they are not `s`'s own.
+export function statCells(s, count, countTestid = "connections", counts = s) {
+  return [
+    num(s.depth, "depth"),
+    memDisk(s),
+    num(counts.in_flight_count, "in-flight"),
+    num(counts.deferred_count, "deferred"),
+    num(counts.requeue_count, "requeued"),
+    num(counts.timeout_count, "timed-out"),
+    num(s.message_count, "messages"),
+    num(count, countTestid),
+  ];
+}
+
+// The headers that go with statCells.
+export function statHeaders(countLabel = "Connections") {
+  return ["Depth", "Memory + Disk", "In flight", "Deferred", "Requeued", "Timed out", "Messages", countLabel].map(
+    (label) => h("th.num", label),
+  );
+}
+
+// The header row above the e2e latency columns (none without quantiles); `trailing` adds an
+// empty cell over a last column of row actions.
+export function e2eGroupRow(qs, trailing = false) {
+  if (!qs.length) return null;
+  return h(
+    "tr.group",
+    h("th", { colspan: 10 }),
+    h("th.center", { colspan: qs.length }, "E2E processing latency"),
+    trailing ? h("th") : null,
+  );
+}
+
+// The name cell of a per-nsqd row: a link to the node, its hostname when it differs, paused badge.
+export function nodeNameCell(n) {
+  return h(
+    "td.name",
+    link(nodePath(n.node), n.node, { testid: "node-link" }),
+    n.hostname && n.hostname !== n.node ? h("span.host", n.hostname) : null,
+    " ",
+    pausedBadge(n.paused),
+  );
+}
+
+// Rows for the nsqds that did not answer and are not among `nodes` (nsqlookupd addresses left
+// out); `colspan` cells wide after the name, then `extra` cells.
+export function downNodeRows(down, nodes, colspan, extra = []) {
+  const shown = new Set(nodes.map((n) => n.node));
+  const rows = [];
+  for (const [address, error] of down) {
+    if (shown.has(address) || config.nsqlookupd.includes(address)) continue;
+    rows.push(
+      h(
+        "tr.down",
+        { testid: "node-row", data: { node: address, key: address, down: "true" } },
+        h("td.name", link(nodePath(address), address)),
+        h("td.muted", { colspan }, notAnsweringBadge(error), ` ${error}`),
+        ...extra.map((spec) => h(spec)),
+      ),
+    );
+  }
+  return rows;
+}
+
+// Pause or unpause, empty and delete buttons for a topic or a channel (`what`).
+export function queueActionBar(what, paused) {
+  return actionBar([
+    paused
+      ? { action: "unpause", label: `Unpause ${what}`, kind: "ok" }
+      : { action: "pause", label: `Pause ${what}`, kind: "primary" },
+    { action: "empty", label: `Empty ${what}`, kind: "warn" },
+    { action: "delete", label: `Delete ${what}`, kind: "danger" },
+  ]);
+}
+
+// The tombstone action behind tombstoneButton (topic and node pages).
+export const tombstoneAction = (d, ctx) =>
+  runAction({
+    confirm: `Tombstone topic ${d.topic} on ${d.node}? nsqlookupd stops handing out this node for the topic, and the topic is deleted from that nsqd.`,
+    call: () => api.del(`/nodes/${encNode(d.node)}`, { topic: d.topic }),
+    done: `Topic ${d.topic} tombstoned on ${d.node}`,
+    failed: `Could not tombstone topic ${d.topic} on ${d.node}`,
+    after: () => ctx.refresh(),
+  });

@@ -4,10 +4,21 @@ import { api } from "../api.js";
 import { h, render } from "../dom.js";
 import { RateTracker, sparkline } from "../chart.js";
 import { commafy, connectedFor } from "../format.js";
-import { runAction } from "../actions.js";
 import { unansweredMap } from "../banners.js";
 import { clientBadges } from "./channel.js";
-import { channelPath, encNode, empty, link, memDisk, notAnsweringBadge, num, pausedBadge, tombstoneButton, topicPath } from "./common.js";
+import {
+  channelPath,
+  encNode,
+  empty,
+  link,
+  notAnsweringBadge,
+  pausedBadge,
+  statCells,
+  statHeaders,
+  tombstoneAction,
+  tombstoneButton,
+  topicPath,
+} from "./common.js";
 
 let node = "";
 
@@ -63,14 +74,7 @@ export function mount(root, params, ctx) {
             "tr",
             { testid: "channel-row", data: { channel: c.channel_name, key: `c:${c.channel_name}` } },
             h("td.name.indent", link(channelPath(t.topic_name, c.channel_name), c.channel_name), " ", pausedBadge(c.paused)),
-            num(c.depth, "depth"),
-            memDisk(c),
-            num(c.in_flight_count, "in-flight"),
-            num(c.deferred_count, "deferred"),
-            num(c.requeue_count, "requeued"),
-            num(c.timeout_count, "timed-out"),
-            num(c.message_count, "messages"),
-            num((c.clients || []).length || c.client_count, "connections"),
+            ...statCells(c, (c.clients || []).length || c.client_count),
           ),
         );
         const clients = c.clients || [];
@@ -114,21 +118,7 @@ export function mount(root, params, ctx) {
         channels.length
           ? h(
               "table.grid.compact",
-              h(
-                "thead",
-                h(
-                  "tr",
-                  h("th", "Channel"),
-                  h("th.num", "Depth"),
-                  h("th.num", "Memory + Disk"),
-                  h("th.num", "In flight"),
-                  h("th.num", "Deferred"),
-                  h("th.num", "Requeued"),
-                  h("th.num", "Timed out"),
-                  h("th.num", "Messages"),
-                  h("th.num", "Connections"),
-                ),
-              ),
+              h("thead", h("tr", h("th", "Channel"), ...statHeaders())),
               h("tbody", rows),
             )
           : h("p.muted.indent", "No channels: messages queue at the topic."),
@@ -140,12 +130,5 @@ export function mount(root, params, ctx) {
 }
 
 export const actions = {
-  tombstone: (d, ctx) =>
-    runAction({
-      confirm: `Tombstone topic ${d.topic} on ${d.node}? nsqlookupd stops handing out this node for the topic, and the topic is deleted from that nsqd.`,
-      call: () => api.del(`/nodes/${encNode(d.node)}`, { topic: d.topic }),
-      done: `Topic ${d.topic} tombstoned on ${d.node}`,
-      failed: `Could not tombstone topic ${d.topic} on ${d.node}`,
-      after: () => ctx.refresh(),
-    }),
+  tombstone: tombstoneAction,
 };

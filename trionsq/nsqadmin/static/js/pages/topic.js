@@ -3,26 +3,27 @@
 
 import { api, isNotFound } from "../api.js";
 import { h, render } from "../dom.js";
-import { config, enc } from "../config.js";
+import { enc } from "../config.js";
 import { RateTracker, sparkline } from "../chart.js";
 import { commafy } from "../format.js";
 import { runAction } from "../actions.js";
 import { unansweredMap } from "../banners.js";
 import {
-  actionBar,
-  encNode,
   channelPath,
+  channelTotals,
+  downNodeRows,
   e2eCells,
+  e2eGroupRow,
   e2eHeaders,
   empty,
   link,
-  memDisk,
-  nodePath,
-  notAnsweringBadge,
-  num,
+  nodeNameCell,
   pausedBadge,
   quantiles,
-  sumChannels,
+  queueActionBar,
+  statCells,
+  statHeaders,
+  tombstoneAction,
   tombstoneButton,
 } from "./common.js";
 
@@ -58,18 +59,7 @@ export function mount(root, params, ctx) {
     const nodes = data.nodes || [];
     const channels = [...(data.channels || [])].sort((a, b) => a.channel_name.localeCompare(b.channel_name));
     render(title, h("span.kind", "Topic "), topic, " ", pausedBadge(data.paused));
-    render(
-      actions,
-      nodes.length
-        ? actionBar([
-            data.paused
-              ? { action: "unpause", label: "Unpause topic", kind: "ok" }
-              : { action: "pause", label: "Pause topic", kind: "primary" },
-            { action: "empty", label: "Empty topic", kind: "warn" },
-            { action: "delete", label: "Delete topic", kind: "danger" },
-          ])
-        : null,
-    );
+    render(actions, nodes.length ? queueActionBar("topic", data.paused) : null);
 
     const qs = quantiles(data.e2e_processing_latency, ...nodes.map((n) => n.e2e_processing_latency));
     const totalSeries = rates.observe("topic", data.message_count, now);
@@ -78,61 +68,22 @@ export function mount(root, params, ctx) {
       return h(
         "tr",
         { testid: "node-row", data: { node: n.node, key: n.node } },
-        h(
-          "td.name",
-          link(nodePath(n.node), n.node, { testid: "node-link" }),
-          n.hostname && n.hostname !== n.node ? h("span.host", n.hostname) : null,
-          " ",
-          pausedBadge(n.paused),
-        ),
+        nodeNameCell(n),
         h("td.chart", sparkline(series.points, { title: `${n.node} msgs/s` })),
-        num(n.depth, "depth"),
-        memDisk(n),
-        num(sumChannels(n.channels, "in_flight_count"), "in-flight"),
-        num(sumChannels(n.channels, "deferred_count"), "deferred"),
-        num(sumChannels(n.channels, "requeue_count"), "requeued"),
-        num(sumChannels(n.channels, "timeout_count"), "timed-out"),
-        num(n.message_count, "messages"),
-        num((n.channels || []).length, "channels"),
+        ...statCells(n, (n.channels || []).length, "channels", channelTotals(n.channels)),
         ...e2eCells(n.e2e_processing_latency, qs),
         h("td.row-actions", tombstoneButton(topic, n.node)),
       );
     });
-    const shown = new Set(nodes.map((n) => n.node));
-    for (const [address, error] of down) {
-      if (shown.has(address) || config.nsqlookupd.includes(address)) continue;
-      nodeRows.push(
-        h(
-          "tr.down",
-          { testid: "node-row", data: { node: address, key: address, down: "true" } },
-          h("td.name", link(nodePath(address), address)),
-          h("td.muted", { colspan: 9 + qs.length }, notAnsweringBadge(error), ` ${error}`),
-          h("td"),
-        ),
-      );
-    }
+    nodeRows.push(...downNodeRows(down, nodes, 9 + qs.length, ["td"]));
     const allCh = nodes.flatMap((n) => n.channels || []);
     const nodeTable = h(
       "table.grid",
       { testid: "topic-nodes" },
       h(
         "thead",
-        qs.length ? h("tr.group", h("th", { colspan: 10 }), h("th.center", { colspan: qs.length }, "E2E processing latency"), h("th")) : null,
-        h(
-          "tr",
-          h("th", "nsqd"),
-          h("th", "Rate (msgs/s)"),
-          h("th.num", "Depth"),
-          h("th.num", "Memory + Disk"),
-          h("th.num", "In flight"),
-          h("th.num", "Deferred"),
-          h("th.num", "Requeued"),
-          h("th.num", "Timed out"),
-          h("th.num", "Messages"),
-          h("th.num", "Channels"),
-          ...e2eHeaders(qs),
-          h("th"),
-        ),
+        e2eGroupRow(qs, true),
+        h("tr", h("th", "nsqd"), h("th", "Rate (msgs/s)"), ...statHeaders("Channels"), ...e2eHeaders(qs), h("th")),
       ),
       h("tbody", nodeRows),
       h(
@@ -142,14 +93,7 @@ export function mount(root, params, ctx) {
           { testid: "topic-total" },
           h("td", "Total"),
           h("td.chart", sparkline(totalSeries.points, { testid: "topic-rate-chart", title: `${topic} msgs/s` })),
-          num(data.depth, "depth"),
-          memDisk(data),
-          num(sumChannels(allCh, "in_flight_count"), "in-flight"),
-          num(sumChannels(allCh, "deferred_count"), "deferred"),
-          num(sumChannels(allCh, "requeue_count"), "requeued"),
-          num(sumChannels(allCh, "timeout_count"), "timed-out"),
-          num(data.message_count, "messages"),
-          num(channels.length, "channels"),
+          ...statCells(data, channels.length, "channels", channelTotals(allCh)),
           ...e2eCells(data.e2e_processing_latency, qs),
           h("td"),
         ),
@@ -164,14 +108,7 @@ export function mount(root, params, ctx) {
         { testid: "channel-row", data: { channel: c.channel_name, key: c.channel_name } },
         h("td.name", link(channelPath(topic, c.channel_name), c.channel_name, { testid: "channel-link" }), " ", pausedBadge(c.paused)),
         h("td.chart", sparkline(series.points, { title: `${c.channel_name} msgs/s` })),
-        num(c.depth, "depth"),
-        memDisk(c),
-        num(c.in_flight_count, "in-flight"),
-        num(c.deferred_count, "deferred"),
-        num(c.requeue_count, "requeued"),
-        num(c.timeout_count, "timed-out"),
-        num(c.message_count, "messages"),
-        num(c.client_count, "connections"),
+        ...statCells(c, c.client_count),
         ...e2eCells(c.e2e_processing_latency, cqs),
       );
     });
@@ -181,21 +118,8 @@ export function mount(root, params, ctx) {
           { testid: "topic-channels" },
           h(
             "thead",
-            cqs.length ? h("tr.group", h("th", { colspan: 10 }), h("th.center", { colspan: cqs.length }, "E2E processing latency")) : null,
-            h(
-              "tr",
-              h("th", "Channel"),
-              h("th", "Rate (msgs/s)"),
-              h("th.num", "Depth"),
-              h("th.num", "Memory + Disk"),
-              h("th.num", "In flight"),
-              h("th.num", "Deferred"),
-              h("th.num", "Requeued"),
-              h("th.num", "Timed out"),
-              h("th.num", "Messages"),
-              h("th.num", "Connections"),
-              ...e2eHeaders(cqs),
-            ),
+            e2eGroupRow(cqs),
+            h("tr", h("th", "Channel"), h("th", "Rate (msgs/s)"), ...statHeaders(), ...e2eHeaders(cqs)),
           ),
           h("tbody", channelRows),
         )
@@ -247,12 +171,5 @@ export const actions = {
       failed: `Could not delete topic ${topic}`,
       after: () => ctx.navigate("/topics"),
     }),
-  tombstone: (d, ctx) =>
-    runAction({
-      confirm: `Tombstone topic ${d.topic} on ${d.node}? nsqlookupd stops handing out this node for the topic, and the topic is deleted from that nsqd.`,
-      call: () => api.del(`/nodes/${encNode(d.node)}`, { topic: d.topic }),
-      done: `Topic ${d.topic} tombstoned on ${d.node}`,
-      failed: `Could not tombstone topic ${d.topic} on ${d.node}`,
-      after: () => ctx.refresh(),
-    }),
+  tombstone: tombstoneAction,
 };
