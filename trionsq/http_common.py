@@ -168,6 +168,30 @@ async def discard_body(response: Response) -> Response:
     return response
 
 
+def config_address_list(body: bytes) -> list[str]:
+    """A ``PUT /config/<addresses>`` body: a JSON array of strings (``null`` is empty), else
+    Go's 400 ``INVALID_VALUE``."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise HTTPError(400, "INVALID_VALUE") from None
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise HTTPError(400, "INVALID_VALUE")
+    return value
+
+
+def config_log_level(body: bytes) -> str:
+    """A ``PUT /config/log_level`` body as a normalised level name, else 400 ``INVALID_VALUE``."""
+    from .logs import parse_log_level
+
+    try:
+        return parse_log_level(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise HTTPError(400, "INVALID_VALUE") from None
+
+
 def content_length() -> int:
     """The request's Content-Length, -1 when it has none (Go's ``req.ContentLength``)."""
     length = request.content_length

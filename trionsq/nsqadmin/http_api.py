@@ -27,6 +27,8 @@ from ..http_common import (
     JSON_CONTENT_TYPE,
     NSQ_CONTENT_TYPE,
     HTTPError,
+    config_address_list,
+    config_log_level,
     first,
     go_json,
     new_app,
@@ -36,7 +38,7 @@ from ..http_common import (
     respond,
     serve_app,
 )
-from ..logs import parse_log_level, set_log_level
+from ..logs import set_log_level
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from . import aggregate
 from .access import config_allowed, is_admin
@@ -577,20 +579,10 @@ async def _config(admin: NSQAdmin, opt: str) -> Any:
         if not body:
             raise HTTPError(413, "INVALID_VALUE")
         if opt == "nsqlookupd_http_addresses":
-            try:
-                value = json.loads(body)
-            except ValueError:
-                raise HTTPError(400, "INVALID_VALUE") from None
-            if value is None:
-                value = []
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise HTTPError(400, "INVALID_VALUE")
+            value = config_address_list(body)
             admin.options = dataclasses.replace(admin.options, nsqlookupd_http_addresses=value)
         elif opt == "log_level":
-            try:
-                level = parse_log_level(body.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
-                raise HTTPError(400, "INVALID_VALUE") from None
+            level = config_log_level(body)
             admin.options = dataclasses.replace(admin.options, log_level=level)
             set_log_level("trionsq.nsqadmin", level)
         else:

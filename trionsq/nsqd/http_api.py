@@ -10,7 +10,6 @@ the other daemons' APIs is `trionsq.http_common`.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 import socket
@@ -26,6 +25,8 @@ from ..http_common import (
     JSON_CONTENT_TYPE,
     NSQ_CONTENT_TYPE,
     HTTPError,
+    config_address_list,
+    config_log_level,
     content_length,
     first,
     new_app,
@@ -35,7 +36,7 @@ from ..http_common import (
     serve_app,
     v1_route,
 )
-from ..logs import parse_log_level, set_log_level
+from ..logs import set_log_level
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.parser import CommandParser
@@ -340,21 +341,11 @@ def _set_config(nsqd: NSQD, opt: str, body: bytes) -> None:
     """PUT /config/:opt: only the lookupd addresses and the log level can change at runtime."""
     opts = nsqd.options
     if opt == "nsqlookupd_tcp_addresses":
-        try:
-            value = json.loads(body)
-        except ValueError:
-            raise HTTPError(400, "INVALID_VALUE") from None
-        if value is None:
-            value = []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise HTTPError(400, "INVALID_VALUE")
+        value = config_address_list(body)
         opts.nsqlookupd_tcp_addresses = value
         nsqd.lookup.set_addresses(value)
     elif opt == "log_level":
-        try:
-            level = parse_log_level(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise HTTPError(400, "INVALID_VALUE") from None
+        level = config_log_level(body)
         opts.log_level = level
         set_log_level("trionsq.nsqd", level)
     else:
