@@ -23,25 +23,11 @@ from trionsq.protocol.lookup_v1 import (
     topic_and_channel,
 )
 
-from ..common import check, split_input
+from ..common import check, drive_parser, split_input
 
 
 def _parse(chunks: list[bytes]) -> tuple[list[LookupCommand], tuple[str, str] | None]:
-    parser = LookupParser()
-    out: list[LookupCommand] = []
-    fed = 0
-    try:
-        for chunk in chunks:
-            parser.feed(chunk)
-            fed += len(chunk)
-            while (cmd := parser.next_command()) is not None:
-                out.append(cmd)
-            check(parser.buffered <= fed, "buffered more than fed")
-        parser.eof()
-    except ProtocolError as err:
-        check(err.code.startswith("E_"), f"error code {err.code!r}")
-        return out, (err.code, err.text)
-    return out, None
+    return drive_parser(LookupParser(), chunks)
 
 
 def _encode(cmd: LookupCommand) -> bytes:

@@ -17,10 +17,9 @@ import struct
 
 from trionsq.protocol import commands as c
 from trionsq.protocol.commands import Command
-from trionsq.protocol.errors import ProtocolError
 from trionsq.protocol.parser import CommandParser
 
-from ..common import check, split_input
+from ..common import check, drive_parser, split_input
 
 MAX_MSG = 1024
 MAX_BODY = 4096
@@ -28,21 +27,7 @@ _SIZE = struct.Struct(">i")
 
 
 def _parse(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]:
-    parser = CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY)
-    out: list[Command] = []
-    fed = 0
-    try:
-        for chunk in chunks:
-            parser.feed(chunk)
-            fed += len(chunk)
-            while (cmd := parser.next_command()) is not None:
-                out.append(cmd)
-            check(parser.buffered <= fed, "buffered more than fed")
-        parser.eof()
-    except ProtocolError as err:
-        check(err.code.startswith("E_"), f"error code {err.code!r}")
-        return out, (err.code, err.text)
-    return out, None
+    return drive_parser(CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY), chunks)
 
 
 def _encode(cmd: Command) -> bytes:
