@@ -18,16 +18,16 @@ import time
 import uuid
 from typing import Any
 
+# ConnectionClosed is re-exported: tests import it from here
+from .blocking_socket import ConnectionClosed as ConnectionClosed
+from .blocking_socket import recv_before
+
 MAGIC_V1 = b"  V1"
 
 #: Default time to wait for a reply the test expects.
 DEFAULT_TIMEOUT = 5.0
 
 _ERROR_CODES = (b"E_INVALID", b"E_BAD_BODY", b"E_BAD_TOPIC", b"E_BAD_CHANNEL", b"E_BAD_PROTOCOL")
-
-
-class ConnectionClosed(Exception):
-    """The server closed the connection (EOF or reset)."""
 
 
 def peer_info(**overrides: Any) -> dict[str, Any]:
@@ -133,23 +133,11 @@ class LookupdConn:
     # -- receiving -------------------------------------------------------------------
 
     def _recv(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        self.sock.settimeout(remaining)
         try:
-            data = self.sock.recv(65536)
-        except (ConnectionResetError, ConnectionAbortedError) as exc:
+            data = recv_before(self.sock, deadline, 65536)
+        except ConnectionClosed:
             self.closed_by_server = True
-            raise ConnectionClosed("connection reset") from exc
-        except OSError as exc:
-            if isinstance(exc, TimeoutError):
-                raise
-            self.closed_by_server = True
-            raise ConnectionClosed(str(exc)) from exc
-        if not data:
-            self.closed_by_server = True
-            raise ConnectionClosed("EOF")
+            raise
         self._buf += data
 
     def read_raw(self, n: int, timeout: float | None = None) -> bytes:

@@ -27,14 +27,14 @@ from trionsq.protocol import (
 )
 from trionsq.protocol import commands as _cmd
 
+# ConnectionClosed is re-exported: tests import it from here
+from .blocking_socket import ConnectionClosed as ConnectionClosed
+from .blocking_socket import recv_before
+
 #: Default time to wait for a frame the test expects.
 DEFAULT_TIMEOUT = 5.0
 
 _FRAME_NAMES = {FRAME_TYPE_RESPONSE: "response", FRAME_TYPE_ERROR: "error"}
-
-
-class ConnectionClosed(Exception):
-    """The server closed the connection (EOF or reset)."""
 
 
 def describe(frame: tuple[int, bytes]) -> str:
@@ -152,23 +152,11 @@ class NSQConn:
     # -- receiving -------------------------------------------------------------------
 
     def _recv(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        self.sock.settimeout(remaining)
         try:
-            data = self.sock.recv(262144)
-        except (ConnectionResetError, ConnectionAbortedError) as exc:
+            data = recv_before(self.sock, deadline, 262144)
+        except ConnectionClosed:
             self.closed_by_server = True
-            raise ConnectionClosed("connection reset") from exc
-        except OSError as exc:
-            if isinstance(exc, TimeoutError):
-                raise
-            self.closed_by_server = True
-            raise ConnectionClosed(str(exc)) from exc
-        if not data:
-            self.closed_by_server = True
-            raise ConnectionClosed("EOF")
+            raise
         if self._inflater is not None:
             data = self._inflater.decompress(data)
         self._decoder.feed(data)
@@ -320,14 +308,7 @@ class NSQConn:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         buf = b""
         while len(buf) < n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            self.sock.settimeout(remaining)
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionClosed("EOF")
-            buf += chunk
+            buf += recv_before(self.sock, deadline, n - len(buf))
         return buf
 
     def recv_exact(self, n: int, timeout: float | None = None) -> bytes:
