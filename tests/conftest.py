@@ -30,6 +30,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="HOST:PORT of that nsqlookupd's HTTP API (tests that need it skip without it)",
     )
+    group.addoption(
+        "--nsq-bin-dir",
+        default=None,
+        help="directory of NSQ's programs (nsqd, nsqlookupd, nsq_tail, ...) whose --version "
+        "the suite checks (default: trionsq's commands)",
+    )
     stateful = parser.getgroup("stateful tests")
     stateful.addoption(
         "--stateful-examples",

@@ -23,7 +23,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_version(command: str) -> None:
     proc = _run(command, "--version")
     assert proc.returncode == 0
-    assert proc.stdout.startswith("nsqadmin v1.3.0 (built w/trionsq ")
+    assert proc.stdout.startswith("nsqadmin v1.3.0 (built w/trionsq-")
 
 
 def test_help_lists_go_flags() -> None:

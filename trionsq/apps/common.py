@@ -28,7 +28,7 @@ from trionsq.options import (
     parse_int,
 )
 from trionsq.protocol.names import is_valid_channel_name, is_valid_topic_name
-from trionsq.version import version_string
+from trionsq.version import app_version_string
 
 __all__ = [
     "AppError",
@@ -224,7 +224,7 @@ def cli(
         sys.stderr.write(f"trionsq {command}: {exc}\n")
         return 2
     if values.get("version"):
-        print(version_string(binary))
+        print(app_version_string(binary))
         return 0
     if parsed.args:
         sys.stderr.write(f"trionsq {command}: unknown arguments: {parsed.args}\n")

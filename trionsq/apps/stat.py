@@ -28,7 +28,7 @@ from trionsq.options import (
     FlagSet,
     HelpRequested,
 )
-from trionsq.version import version_string
+from trionsq.version import app_version_string
 
 HEADER = (
     "------rate------+----------------depth----------------+--------------metadata---------------\n"
@@ -275,7 +275,7 @@ def main(argv: Sequence[str], command: str = "stat") -> int:
     values.update(parsed.values)
     options = StatOptions(**values)
     if options.version:
-        print(version_string("nsq_stat"))
+        print(app_version_string("nsq_stat"))
         return 0
     try:
         count = options.validate()

@@ -21,7 +21,7 @@ import httpx
 import trio
 
 from ..daemon import StartupError, start_http
-from ..version import version_string
+from ..version import build_description
 from .cluster import ClusterInfo
 from .http_api import serve_http
 from .index import DEFAULT_STATIC_DIR
@@ -87,7 +87,7 @@ class NSQAdmin:
         """Listen, serve until `request_exit`, then stop."""
         opts = self.options
         context = _client_ssl_context(opts)
-        log.info("%s", version_string("nsqadmin"))
+        log.info("%s", build_description("nsqadmin"))
         timeout = UpstreamClient.timeout(
             opts.http_client_connect_timeout, opts.http_client_request_timeout
         )

@@ -39,6 +39,7 @@ from ..diskqueue import DiskSyncer
 from ..diskqueue.syncer import BlockingRunner
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
+from ..version import build_description
 from . import metadata
 from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, DiskBackend
@@ -233,6 +234,8 @@ class NSQD:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
+        log.info("%s", build_description("nsqd"))
+        log.info("ID: %d", self.options.node_id)
         self._build_tls_context()
         self._lock_data_path()
         try:

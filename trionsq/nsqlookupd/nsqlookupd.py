@@ -22,7 +22,7 @@ import trio
 from ..daemon import StartupError as StartupError  # re-exported: run() raises it
 from ..daemon import listen_failed, start_http
 from ..nsqd.addresses import split_host_port
-from ..version import version_string
+from ..version import build_description
 from .http_api import serve_http
 from .lookup_protocol_v1 import LookupProtocolV1
 from .options import NSQLookupdOptions
@@ -67,7 +67,7 @@ class NSQLookupd:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, serve until `request_exit`, then close everything."""
-        log.info("%s", version_string("nsqlookupd"))
+        log.info("%s", build_description("nsqlookupd"))
         listeners = await self._open_tcp_listeners()
         tcp = format_address(*_bound(listeners[0]))
         try:
