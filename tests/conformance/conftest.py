@@ -80,17 +80,22 @@ def _http_client(
 
 
 @pytest.fixture
-def api(
-    nsqd_http: tuple[str, int], _http_client: httpx.Client | None, topic: str
-) -> Iterator[httpx.Client]:
+def api(nsqd_http: tuple[str, int], _http_client: httpx.Client | None) -> httpx.Client:
     """A blocking HTTP client for the nsqd under test (skipped when no HTTP address is known).
-    The test's `topic` is deleted afterwards, so HTTP tests leave no topics behind."""
+    The test's `topic` is deleted afterwards (by the `topic` fixture)."""
     assert _http_client is not None
-    yield _http_client
-    _http_client.post("/topic/delete", params={"topic": topic})
+    return _http_client
 
 
 Connect = Callable[..., NSQConn]
+
+#: How late (seconds) past its due time nsqd may honour a deadline: a message timeout, a REQ
+#: delay, a TOUCH-extended deadline, a DPUB or /pub defer. Go nsqd's queueScanLoop scans
+#: every 100 ms (QueueScanInterval) only the channels listed at its last refresh, every 5 s
+#: (QueueScanRefreshInterval), so a channel created since then waits up to 5 s for its first
+#: scan: 5 s + the 100 ms tick and scheduling margin. That holds while nsqd has at most 20
+#: channels (QueueScanSelectionCount, all scanned each tick); see the `topic` fixture.
+SCAN_LATENESS = 5.0 + 1.5
 
 
 @pytest.fixture
@@ -122,9 +127,15 @@ def unique_name(prefix: str) -> str:
 
 
 @pytest.fixture
-def topic() -> str:
-    """A fresh topic name (unique per test, so tests can share one daemon)."""
-    return unique_name("conf_t")
+def topic(_http_client: httpx.Client | None) -> Iterator[str]:
+    """A fresh topic name (unique per test, so tests can share one daemon), deleted with its
+    channels afterwards when nsqd's HTTP address is known. The suite so leaves no channels
+    behind: Go nsqd's queue scan samples 20 channels per tick, so every channel left over
+    would make timeouts and deferrals later than `SCAN_LATENESS` allows."""
+    name = unique_name("conf_t")
+    yield name
+    if _http_client is not None:
+        _http_client.post("/topic/delete", params={"topic": name})
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from .conftest import Connect
+from .conftest import SCAN_LATENESS, Connect
 from .nsq_conn import NSQConn
 from .nsq_http import (
     eventually,
@@ -140,10 +140,10 @@ def test_pub_defer(api: httpx.Client, connect: Connect, topic: str, channel: str
 
     eventually(deferred, timeout=0.5)
     consumer.expect_nothing(max(0.0, 0.8 - (time.monotonic() - start)))
-    msg = consumer.read_message(timeout=3.0)
+    msg = consumer.read_message(timeout=1.0 + SCAN_LATENESS)
     elapsed = time.monotonic() - start
     assert (msg.body, msg.attempts) == (b"later", 1)
-    assert 0.95 <= elapsed <= 3.0, elapsed
+    assert 0.95 <= elapsed <= 1.0 + SCAN_LATENESS, elapsed
 
 
 @pytest.mark.parametrize("value", ["0", "+0", "00"])

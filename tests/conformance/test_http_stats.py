@@ -10,7 +10,7 @@ from datetime import datetime
 import httpx
 import pytest
 
-from .conftest import Connect, unique_name
+from .conftest import SCAN_LATENESS, Connect, unique_name
 from .nsq_conn import NSQConn
 from .nsq_http import (
     JSON_TYPE,
@@ -339,7 +339,7 @@ def test_requeue_and_timeout_counts(
     msg = consumer.read_message()
     assert msg.attempts == 2
     # let it time out (msg_timeout 1 s), then it comes back a third time
-    msg = consumer.read_message(timeout=3.0)
+    msg = consumer.read_message(timeout=1.0 + SCAN_LATENESS)
     assert msg.attempts == 3
     found = channel_stats(api, topic, channel)
     counts = (found["requeue_count"], found["timeout_count"], found["message_count"])
