@@ -10,24 +10,41 @@ go-diskqueue's fields; `read_ahead` is the record `read_one` has read but not ye
 (go's `dataRead` with `next_read_file_num`/`next_read_pos`).
 
 - Put appends a record to the write file; a full file rolls over to the next one, and the roll
-  syncs (fsyncs the old file, persists the metadata) first.
+  syncs (fsyncs the old file, persists the metadata) first; with --sync-ack it only retires the
+  old file unsynced and asks for a sync (the next round fsyncs it).
 - ReadOne reads the record at the read position ahead; Read hands it to the consumer and
   `move_forward`s, deleting a file once it is fully read. A read error (a torn or corrupt record,
   a missing file) is `handle_read_error`: the file is renamed .bad, reading goes on at the next
   file, and if that was the write file, writes move to a new file too.
-- Sync is two steps: Fsync (the write file's records become durable) then PersistMetaData.
-  It is needed after `sync_every` puts and reads, after a roll, a deleted or .bad file; the
-  `--sync-timeout` ticker (SyncTimeout) may ask for one at any time after some activity.
+- Sync is two steps: Fsync (the write file's records, and those of any file retired since,
+  become durable) then PersistMetaData. It is needed after `sync_every` puts and reads, after a
+  roll, a deleted or .bad file; the `--sync-timeout` ticker (SyncTimeout) may ask for one at
+  any time after some activity.
+- Group commit (--sync-ack, `DiskSyncer.wait_durable`): while a put waits for its OK,
+  PrepareGroupCommit starts a round (`prepare_sync(metadata=False)`), capturing every file
+  with unsynced records and how far, and the puts made so far; the io loop goes on meanwhile.
+  GroupCommit fsyncs what was captured (data only: the metadata keeps its own schedule) and
+  acknowledges those puts, all of them with one round. Puts made after the capture wait for
+  the next round. One round at a time: a metadata sync does not start while a round is under
+  way, nor a round while a sync is (the syncer's lock); a sync also acknowledges every put
+  waiting, as any round does.
 - Crash (kill -9 or power loss) loses the memory state and any unsynced record: each may
   survive, be gone, or the first missing one may be torn (a partial record). Restart loads the
   metadata (`retrieve_meta_data`); if the write file is not write_pos long (longer: the
-  metadata was not synced after its last writes; shorter or missing: it became .bad), writes go
-  to a new file past every file on disk and the reader salvages the extra records (duplicates).
+  metadata was not synced after its last writes; shorter or missing: it became .bad) or files
+  after it exist (an earlier restart's move that was not persisted, or with --sync-ack files a
+  rollover started that a data-only round made durable), writes go to a new file past every
+  file on disk and the reader salvages the extra records (duplicates), of the write file from
+  write_pos and of every later file; they are counted into depth.
 - Corrupt turns a durable record into garbage (bit rot, a truncated copy).
 
 Acknowledgement: with ``sync_every=1`` a Put is acknowledged (PUB's OK, with
 ``--mem-queue-size=0``) only when the sync that follows it has completed; with a larger
-`sync_every` it is acknowledged when written, as go-diskqueue's Put returns.
+`sync_every` it is acknowledged when written, as go-diskqueue's Put returns. With --sync-ack
+(the ``sync_ack`` configuration, ``--sync-every=2500`` that the bounds never reach) it is
+acknowledged by the first group commit (or sync) that starts after it: the metadata may then
+be behind the durable data at a power cut, several files behind, and restart's salvage is what
+brings those acknowledged records back.
 
 Consumption: the disk queue's consumer is whatever receives from its read channel (the topic
 pump, or a channel's client pump). A message is consumed once it has been handed over (Read);
@@ -38,22 +55,30 @@ after a crash: at-least-once.
 What survives (the invariants):
 - `synced_survives` (every configuration): a message made durable by a completed sync and not
   yet handed over is readable after any crash and restart.
-- `acknowledged_survives` (``sync_every=1``): likewise every acknowledged message. With
-  ``sync_every>1`` an acknowledged, unsynced message may be lost (a test shows it).
+- `acknowledged_survives` (``sync_every=1`` and ``sync_ack``): likewise every acknowledged
+  message. With ``sync_every>1`` and no --sync-ack an acknowledged, unsynced message may be
+  lost (a test shows it).
 - The only allowed exception: messages at or after an unreadable record of a file renamed
   .bad (nothing after a bad length can be trusted, so the rest of that file is lost).
 - The durable metadata never claims records that are not durable; read position ≤ write
   position; records are handed over in order, each at most once between crashes; depth is
   never negative, counts at least the readable records (exactly, if nothing went wrong) and is
   0 when the reader has caught up with the writer (go's `check_tail_corruption`).
+- Liveness: every message that must survive (synced; and acknowledged, where acknowledged
+  messages must survive) is eventually handed over, unless lost to a .bad file.
 
 Where this departs from go-diskqueue (on purpose; the implementation must follow the spec):
-- the acknowledgement waits for the sync (go's Put returns before its sync);
+- the acknowledgement waits for the sync (go's Put returns before its sync), or with
+  --sync-ack for the group commit, which fsyncs every file written since the last round;
 - `retrieve_meta_data` moves writes to a new file whenever the write file is not write_pos
-  long, past every file on disk (go: only if longer, to write_file_num+1), and schedules a sync;
-- it adds the salvaged records to depth (go's depth goes negative, then is reset at the tail);
+  long or files after it exist, past every file on disk (go: only if longer, to
+  write_file_num+1), and schedules a sync (trionsq's recovery schedules none: that is safe
+  too, given the salvage of later files, as the checker shows with that sync left out);
+- it adds the salvaged records to depth, those of later files too (go's depth goes negative,
+  then is reset at the tail);
 - a reader at the end of a finished file moves on without a .bad file (go-diskqueue #42).
-Each of these is a mutant below, except #42, which loses nothing (a spurious .bad file).
+Each of these is a mutant below, except #42, which loses nothing (a spurious .bad file). The
+--sync-ack mutants are built on the ``sync_ack`` configuration, the others on ``sync_every_1``.
 """
 
 from __future__ import annotations
@@ -80,7 +105,29 @@ FAULTS = {
         " write_pos (as go): not if it is missing (.bad), nor past an earlier unpersisted skip"
     ),
     "salvage_not_counted": "restart does not count the salvaged records into depth (as go)",
+    "sync_ack_ack_before_fsync": "with --sync-ack, a Put is acknowledged before the group fsync",
+    "group_commit_write_file_only": (
+        "the group commit fsyncs only the write file, not one a rollover retired since the"
+        " last round"
+    ),
+    "group_commit_acks_later_puts": (
+        "the group commit also acknowledges the puts that came after it captured its files"
+        " (wait_durable waits for the round under way instead of the next one to start)"
+    ),
+    "salvage_write_file_only": (
+        "restart salvages only the write file's extra records, not the later segments a"
+        " data-only group commit made durable after a rollover the metadata does not know of"
+    ),
 }
+SYNC_ACK_FAULTS = frozenset(
+    {
+        "sync_ack_ack_before_fsync",
+        "group_commit_write_file_only",
+        "group_commit_acks_later_puts",
+        "salvage_write_file_only",
+    }
+)
+"""The faults of --sync-ack's group commit: their mutants are built on `disk_queue.sync_ack`."""
 
 
 class Segment(NamedTuple):
@@ -119,6 +166,10 @@ class DiskQueue(NamedTuple):
     sync_count: int = 0  # go: count, puts and reads since the last sync
     need_sync: bool = False
     sync_step: int = 0  # 1: the first half of a sync is done
+    # --sync-ack: the group commit under way (None: none), as `prepare_sync(metadata=False)`
+    # captured it: (file_num, records) to fsync per file, and the puts it acknowledges.
+    commit: tuple[tuple[int, int], ...] | None = None
+    committing: frozenset[int] = frozenset()
     # History, for the properties.
     published: int = 0
     written: frozenset[int] = frozenset()  # put since the last completed sync
@@ -140,6 +191,7 @@ class Config(NamedTuple):
     crashes: int
     corruptions: int
     faults: frozenset[str]
+    sync_ack: bool = False
 
 
 Step = Callable[[DiskQueue, Config], Iterator[tuple[str, DiskQueue]]]
@@ -169,6 +221,13 @@ def _fsync(s: DiskQueue, file_num: int) -> DiskQueue:
         seg._replace(synced=len(seg.records)) if seg.file_num == file_num else seg
         for seg in s.segments
     )
+    return s._replace(segments=segments)
+
+
+def _fsync_all(s: DiskQueue) -> DiskQueue:
+    """A sync's fsync: the write file and every file retired since the last sync (only
+    --sync-ack retires a file unsynced; otherwise the write file is the only one to sync)."""
+    segments = tuple(seg._replace(synced=len(seg.records)) for seg in s.segments)
     return s._replace(segments=segments)
 
 
@@ -239,13 +298,19 @@ def put(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQueue]]:
     m = s.published
     label = f"Put(m{m})"
     if s.write_pos >= cfg.records_per_file:
-        s = _fsync(s, s.write_file_num)._replace(write_file_num=s.write_file_num + 1, write_pos=0)
-        s = sync_done(persist_meta_data(s, cfg.faults))
+        if cfg.sync_ack:
+            # The old write file is retired unsynced: the next round fsyncs it.
+            s = s._replace(write_file_num=s.write_file_num + 1, write_pos=0, need_sync=True)
+        else:
+            s = _fsync(s, s.write_file_num)
+            s = s._replace(write_file_num=s.write_file_num + 1, write_pos=0)
+            s = sync_done(persist_meta_data(s, cfg.faults))
         label += f" rolls to f{s.write_file_num}"
     records = records_of(s, s.write_file_num) or ()
     synced = next((g.synced for g in s.segments if g.file_num == s.write_file_num), 0)
     segments = _replaced(s.segments, Segment(s.write_file_num, (*records, m), synced))
-    ack_now = not cfg.ack_after_sync or "ack_before_sync" in cfg.faults
+    early = "ack_before_sync" if not cfg.sync_ack else "sync_ack_ack_before_fsync"
+    ack_now = not cfg.ack_after_sync or early in cfg.faults
     s = s._replace(
         segments=segments,
         write_pos=s.write_pos + 1,
@@ -359,13 +424,14 @@ def sync_timeout(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQueue]]:
 
 def _sync_half(s: DiskQueue, cfg: Config, fsync_first: bool) -> DiskQueue:
     if fsync_first:
-        return _fsync(s, s.write_file_num)
+        return _fsync_all(s)
     return persist_meta_data(s, cfg.faults)
 
 
 def fsync_step(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQueue]]:
-    """The first half of a sync: fsync the write file (the metadata, in the mutant)."""
-    if s.up and s.need_sync and s.sync_step == 0:
+    """The first half of a sync: fsync the write file and any retired one (the metadata, in
+    the mutant). One round at a time: not while a group commit is under way."""
+    if s.up and s.need_sync and s.sync_step == 0 and s.commit is None:
         first = "metadata_before_fsync" not in cfg.faults
         name = "Fsync" if first else "PersistMetaData"
         yield name, _sync_half(s, cfg, first)._replace(sync_step=1)
@@ -378,6 +444,56 @@ def persist_step(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQueue]]:
         name = "Fsync" if second_is_fsync else "PersistMetaData"
         s = _sync_half(s, cfg, second_is_fsync)
         yield name, sync_done(s._replace(sync_step=0, need_sync=False, sync_count=0))
+
+
+def prepare_group_commit(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQueue]]:
+    """--sync-ack: a publisher waits (`DiskSyncer.wait_durable`), so the syncer starts a round:
+    `prepare_sync(metadata=False)` captures every file written since the last sync (the files
+    a rollover retired and the write file) and how far; the puts made so far wait for it. The
+    io loop goes on meanwhile: puts after this wait for the next round."""
+    if not s.up or s.commit is not None or s.sync_step != 0 or not s.unacked:
+        return
+    only_write_file = "group_commit_write_file_only" in cfg.faults
+    commit = tuple(
+        (seg.file_num, len(seg.records))
+        for seg in s.segments
+        if seg.synced < len(seg.records)
+        and (not only_write_file or seg.file_num == s.write_file_num)
+    )
+    files = " ".join(f"f{num}:{count}" for num, count in commit)
+    yield (
+        f"PrepareGroupCommit({files or '-'})",
+        s._replace(commit=commit, committing=s.unacked),
+    )
+
+
+def group_commit(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQueue]]:
+    """The round's fsyncs are done (data only: the metadata waits for its own schedule), and
+    every put that waited for the round is acknowledged (PUB's OK)."""
+    if not s.up or s.commit is None:
+        return
+    captured = dict(s.commit)
+    segments = tuple(
+        seg._replace(synced=max(seg.synced, min(captured[seg.file_num], len(seg.records))))
+        if seg.file_num in captured
+        else seg
+        for seg in s.segments
+    )
+    done = s.committing
+    if "group_commit_acks_later_puts" in cfg.faults:
+        done = s.unacked
+    yield (
+        f"GroupCommit({' '.join(f'm{m}' for m in sorted(done))})",
+        s._replace(
+            segments=segments,
+            commit=None,
+            committing=frozenset(),
+            synced=s.synced | done,
+            written=s.written - done,
+            acked=s.acked | done,
+            unacked=s.unacked - done,
+        ),
+    )
 
 
 def _survivors(seg: Segment) -> Iterator[tuple[str, Segment]]:
@@ -429,16 +545,21 @@ def retrieve_meta_data(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQue
     records = records_of(s, write_file_num) or ()
     label = "Restart"
     as_go = "restart_writes_into_stale_file" in cfg.faults
-    if len(records) > write_pos or (len(records) != write_pos and not as_go):
-        salvaged = 0
-        for record in records[write_pos:]:
-            if record < 0:
-                break
-            salvaged += 1
+    # Files after the write file: an earlier restart's skip that was not persisted, or (with
+    # --sync-ack) files a rollover started and a data-only group commit made durable.
+    later = [g.file_num for g in s.segments if g.file_num > write_file_num and not as_go]
+    stale = "salvage_write_file_only" in cfg.faults
+    if (
+        len(records) > write_pos
+        or (len(records) != write_pos and not as_go)
+        or (later and not stale)
+    ):
+        salvaged = _readable_count(records[write_pos:])
+        if not stale:
+            salvaged += sum(_readable_count(records_of(s, num) or ()) for num in later)
         if "salvage_not_counted" not in cfg.faults:
             depth += salvaged
-        # Past every file on disk: an earlier restart's skip may not have been persisted.
-        later = [g.file_num for g in s.segments if g.file_num > write_file_num and not as_go]
+        # Writes go past every file on disk.
         write_file_num, write_pos = max(later, default=write_file_num) + 1, 0
         label += f"(f{meta.write_file_num} is not write_pos long: writes go to f{write_file_num})"
     yield (
@@ -455,6 +576,16 @@ def retrieve_meta_data(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQue
             need_sync=write_file_num != meta.write_file_num,
         ),
     )
+
+
+def _readable_count(records: tuple[int, ...]) -> int:
+    """The records a reader gets from these, up to the first unreadable one."""
+    count = 0
+    for record in records:
+        if record < 0:
+            break
+        count += 1
+    return count
 
 
 def corrupt(s: DiskQueue, cfg: Config) -> Iterator[tuple[str, DiskQueue]]:
@@ -573,10 +704,15 @@ def show(s: DiskQueue) -> str:
             f"write={s.write_file_num},{s.write_pos} sync_count={s.sync_count} "
             f"need_sync={s.need_sync}{ahead}"
         )
+        if s.commit is not None:
+            files = " ".join(f"f{num}:{count}" for num, count in s.commit) or "-"
+            waiting = " ".join(f"m{m}" for m in sorted(s.committing))
+            lines.append(f"group commit under way: fsync {files}, then acknowledge {waiting}")
     else:
         lines.append("down")
+    unacked = f" waiting={sorted(s.unacked)}" if s.unacked else ""
     lines.append(
-        f"acked={sorted(s.acked)} synced={sorted(s.synced)} "
+        f"acked={sorted(s.acked)}{unacked} synced={sorted(s.synced)} "
         f"delivered={sorted(s.delivered)} lost={sorted(s.lost)}"
     )
     return "\n".join(lines)
@@ -593,15 +729,17 @@ def build(
     records_per_file: int = 2,
     crashes: int = 2,
     corruptions: int = 1,
+    sync_ack: bool = False,
 ) -> Spec:
     cfg = Config(
         sync_every=sync_every,
-        ack_after_sync=sync_every == 1,
+        ack_after_sync=sync_every == 1 or sync_ack,
         messages=messages,
         records_per_file=records_per_file,
         crashes=crashes,
         corruptions=corruptions,
         faults=faults,
+        sync_ack=sync_ack,
     )
 
     def action(name: str, step: Step, fair: bool = False) -> Action:
@@ -618,46 +756,80 @@ def build(
     ]
     if cfg.ack_after_sync:
         invariants.insert(0, Invariant("acknowledged_survives", acknowledged_survives))
-    name = f"disk_queue.sync_every_{sync_every}"
-    return Spec(
-        name=name,
-        description=(
+    actions = [
+        action("Put", put),
+        action("ReadOne", read_one, fair=True),
+        action("Read", move_forward, fair=True),
+        action("SyncTimeout", sync_timeout),
+        action("Fsync", fsync_step, fair=True),
+        action("PersistMetaData", persist_step, fair=True),
+        action("Crash", crash),
+        action("Restart", retrieve_meta_data, fair=True),
+        action("Corrupt", corrupt),
+    ]
+    if sync_ack:
+        name = "disk_queue.sync_ack"
+        description = (
+            f"go-diskqueue with --sync-ack (--sync-every={sync_every}): a put is acknowledged"
+            " by the next group commit (data-only fsync); acknowledged messages survive a"
+            " power cut, salvaged at restart when the metadata is behind"
+        )
+        actions[4:4] = [
+            action("PrepareGroupCommit", prepare_group_commit, fair=True),
+            action("GroupCommit", group_commit, fair=True),
+        ]
+    else:
+        name = f"disk_queue.sync_every_{sync_every}"
+        description = (
             f"go-diskqueue with --sync-every={sync_every}: "
             + ("acknowledged" if cfg.ack_after_sync else "synced")
             + " messages survive a crash; a corrupt file becomes .bad and reading goes on"
-        ),
+        )
+    bounds: dict[str, object] = {
+        "messages": messages,
+        "records_per_file": records_per_file,
+        "crashes": crashes,
+        "corruptions": corruptions,
+        "sync_every": sync_every,
+    }
+    if sync_ack:
+        bounds["sync_ack"] = True
+    return Spec(
+        name=name,
+        description=description,
         init=lambda: [DiskQueue(up=True, segments=(), meta=Meta())],
-        actions=(
-            action("Put", put),
-            action("ReadOne", read_one, fair=True),
-            action("Read", move_forward, fair=True),
-            action("SyncTimeout", sync_timeout),
-            action("Fsync", fsync_step, fair=True),
-            action("PersistMetaData", persist_step, fair=True),
-            action("Crash", crash),
-            action("Restart", retrieve_meta_data, fair=True),
-            action("Corrupt", corrupt),
-        ),
+        actions=tuple(actions),
         invariants=tuple(invariants),
         step_invariants=(StepInvariant("in_order_at_most_once", in_order_at_most_once),),
         liveness=(_must_deliver(cfg),),
-        bounds={
-            "messages": messages,
-            "records_per_file": records_per_file,
-            "crashes": crashes,
-            "corruptions": corruptions,
-            "sync_every": sync_every,
-        },
+        bounds=bounds,
         show=show,
     )
 
 
+SYNC_ACK_SYNC_EVERY = 2500
+"""--sync-every in the sync_ack configuration (NSQ's default): never reached within the bounds,
+so the metadata is persisted only by the syncs a roll, a finished or .bad file, a restart or
+the --sync-timeout ticker asks for."""
+
+
+def build_sync_ack(faults: frozenset[str] = frozenset()) -> Spec:
+    """The --sync-ack configuration."""
+    return build(SYNC_ACK_SYNC_EVERY, faults, sync_ack=True)
+
+
 def specs() -> list[Spec]:
-    return [build(sync_every=1, messages=4), build(sync_every=2)]
+    return [build(sync_every=1, messages=4), build(sync_every=2), build_sync_ack()]
 
 
 def mutants() -> list[Mutant]:
     return [
-        Mutant(f"disk_queue.{fault}", description, build(1, frozenset({fault})))
+        Mutant(
+            f"disk_queue.{fault}",
+            description,
+            build_sync_ack(frozenset({fault}))
+            if fault in SYNC_ACK_FAULTS
+            else build(1, frozenset({fault})),
+        )
         for fault, description in FAULTS.items()
     ]

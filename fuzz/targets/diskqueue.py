@@ -7,10 +7,12 @@ numbers, sizes), then up to four files, each ``[2-byte length][bytes]``: the met
 (when present), then segments 0, 1, 2 (or 3, 4, 5).
 
 What must hold: recovery is clean. Opening and draining raise nothing (bad segments are
-renamed ``.bad``); `depth` (taken from the metadata, as go-diskqueue does) is never negative,
-and 0 once drained; every frame handed out is a message frame within the size limits; the number of
-frames is at most the number of records the segments hold; `close` closes every file it
-opened, and its metadata reopens to an empty queue.
+renamed ``.bad``); `depth` is never negative, and 0 once drained; every frame handed out is a
+message frame within the size limits; the number of frames is at most the number of records
+the segments hold; neither opening nor draining tries segment numbers one at a time (file
+opens stay within a small multiple of the files there are, however far apart the metadata's
+numbers are: `BoundedFS` fails the input at once rather than letting it run for hours);
+`close` closes every file it opened, and its metadata reopens to an empty queue.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import struct
 import tempfile
 
 from trionsq.diskqueue.files import data_file_name, metadata_file_name
+from trionsq.diskqueue.fs import LocalFileSystem
 from trionsq.diskqueue.queue import DiskQueue
 from trionsq.protocol.message import MESSAGE_HEADER_SIZE, encode_message
 
@@ -56,7 +59,19 @@ def _fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _open(path: str, selector: int) -> DiskQueue:
+class BoundedFS(LocalFileSystem):
+    """The local file system, failing once more than `budget` files were opened."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        self.budget -= 1
+        check(self.budget >= 0, f"too many file opens (at {os.path.basename(path)})")
+        return super().open(path, flags, mode)
+
+
+def _open(path: str, selector: int, files: int = 4) -> DiskQueue:
     return DiskQueue(
         NAME,
         path,
@@ -65,6 +80,7 @@ def _open(path: str, selector: int) -> DiskQueue:
         max_msg_size=MAX_MSG,
         sync_every=1 << 30,
         track_consumption=bool(selector & 2),
+        fs=BoundedFS(8 * files + 16),
     )
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import struct
 
 import pytest
 import trio
 
 from tests.nsqd_harness import Conn, start_nsqd
+from trionsq.diskqueue.fs import LocalFileSystem
 from trionsq.nsqd.nsqd import NSQD, StartupError
 from trionsq.nsqd.options import NSQDOptions
 from trionsq.protocol import dpub, fin, mpub, pub, req
@@ -230,20 +232,19 @@ async def test_a_data_directory_in_gos_format_is_served(nursery, tmp_path):
 
 
 class FullDisk:
-    """Makes the disk queue's writes fail with ENOSPC until `free` is called."""
+    """Makes writes to the disk queues' segments fail with ENOSPC until `free` is called."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import trionsq.diskqueue.queue as queue_module
-
-        self._real_write = os.write
+        real_pwrite = LocalFileSystem.pwrite
         self.full = True
 
-        def write(fd: int, data: object) -> int:
-            if self.full:
+        def pwrite(fs: LocalFileSystem, fd: int, data: bytes | memoryview, offset: int) -> int:
+            segment = re.search(r"\.diskqueue\.\d+\.dat$", os.readlink(f"/proc/self/fd/{fd}"))
+            if self.full and segment:
                 raise OSError(28, "No space left on device")
-            return self._real_write(fd, data)  # type: ignore[arg-type]
+            return real_pwrite(fs, fd, data, offset)
 
-        monkeypatch.setattr(queue_module.os, "write", write)
+        monkeypatch.setattr(LocalFileSystem, "pwrite", pwrite)
 
     def free(self) -> None:
         self.full = False

@@ -18,6 +18,7 @@ import pytest
 
 from trionsq.diskqueue import DiskQueue, DiskQueueError
 from trionsq.diskqueue import queue as dqqueue
+from trionsq.diskqueue.fs import LocalFileSystem
 from trionsq.protocol.message import encode_message_frame, framed_id
 
 MIN = 26
@@ -574,9 +575,11 @@ def test_segments_after_metadata_write_file_are_salvaged(tmp_path: Path) -> None
     q.close()
 
 
-def test_read_position_past_write_position_skips_to_fresh_file(
+def test_read_position_past_write_position_reads_every_segment(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Beyond go (which skips to a fresh file, deleting what is between): metadata that
+    cannot be right is not trusted, and every segment on disk is read again."""
     frames = [_frame(n) for n in range(4)]
     records = [_record(f) for f in frames]
     _seg(tmp_path, 0).write_bytes(records[0] + records[1])
@@ -586,15 +589,15 @@ def test_read_position_past_write_position_skips_to_fresh_file(
     with caplog.at_level(logging.ERROR, "trionsq.diskqueue"):
         q = _queue(tmp_path)
     assert "is past write position" in caplog.text
-    assert q.depth == 0
-    assert q.take(10) == []
+    assert len(caplog.records) == 1
+    assert q.depth == 3
     q.put(frames[3])
-    assert _seg(tmp_path, 3).read_bytes() == records[3]
-    assert q.take(10) == frames[3:]
+    assert _seg(tmp_path, 2).read_bytes() == records[3]
+    assert _take_all(q) == frames
     q.sync_now()
     end = len(records[3])
-    assert _meta(tmp_path).read_text() == f"0\n3,{end}\n3,{end}\n"
-    assert _segments(tmp_path) == [f"{NAME}.diskqueue.000003.dat"]
+    assert _meta(tmp_path).read_text() == f"0\n2,{end}\n2,{end}\n"
+    assert _segments(tmp_path) == [f"{NAME}.diskqueue.000002.dat"]
     q.close()
 
 
@@ -603,11 +606,10 @@ def test_read_position_past_write_position_in_same_file(tmp_path: Path) -> None:
     _seg(tmp_path, 0).write_bytes(_record(frames[0]))
     _meta(tmp_path).write_text(f"1\n0,{2 * _rec_size(frames[0])}\n0,{_rec_size(frames[0])}\n")
     q = _queue(tmp_path)
-    assert q.depth == 0
-    assert q.take(10) == []
+    assert q.depth == 1
     q.put(frames[1])
     assert _seg(tmp_path, 1).read_bytes() == _record(frames[1])
-    assert q.take(10) == frames[1:]
+    assert _take_all(q) == frames
     q.close()
 
 
@@ -869,31 +871,31 @@ def test_corrupt_deferred_file_is_ignored(tmp_path: Path, caplog: pytest.LogCapt
 # --- write failures ----------------------------------------------------------------------
 
 
-def _failing_write(monkeypatch: pytest.MonkeyPatch, partial: int, err: int) -> Callable[[], None]:
-    """os.write writes `partial` bytes on the first call, then fails with `err`."""
-    real_write = os.write
+def _failing_write(fs: LocalFileSystem, partial: int, err: int) -> Callable[[], None]:
+    """`fs.pwrite` writes `partial` bytes on the first call, then fails with `err`; returns
+    the function that ends the failures."""
+    real_pwrite = fs.pwrite
     calls = 0
 
-    def write(fd: int, data: bytes | memoryview) -> int:
+    def pwrite(fd: int, data: bytes | memoryview, offset: int) -> int:
         nonlocal calls
         calls += 1
         if calls == 1 and partial:
-            return real_write(fd, data[:partial])
+            return real_pwrite(fd, data[:partial], offset)
         raise OSError(err, os.strerror(err))
 
-    monkeypatch.setattr(dqqueue.os, "write", write)
-    return lambda: monkeypatch.setattr(dqqueue.os, "write", real_write)
+    fs.pwrite = pwrite  # type: ignore[method-assign]
+    return lambda: delattr(fs, "pwrite")
 
 
 @pytest.mark.parametrize(("partial", "err"), [(7, errno.ENOSPC), (0, errno.EIO), (45, errno.EIO)])
-def test_write_failure_leaves_no_partial_record(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, partial: int, err: int
-) -> None:
+def test_write_failure_leaves_no_partial_record(tmp_path: Path, partial: int, err: int) -> None:
     frames = [_frame(n) for n in range(6)]
     size = _rec_size(frames[0])
-    q = _queue(tmp_path)
+    fs = LocalFileSystem()
+    q = _queue(tmp_path, fs=fs)
     q.put_many(frames[:2])
-    restore = _failing_write(monkeypatch, partial, err)
+    restore = _failing_write(fs, partial, err)
     with pytest.raises(OSError) as info:
         q.put_many(frames[2:4])
     restore()
@@ -908,24 +910,22 @@ def test_write_failure_leaves_no_partial_record(
     assert _meta(tmp_path).read_text() == f"0\n0,{4 * size}\n0,{4 * size}\n"
 
 
-def test_write_failure_when_truncate_fails_too(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_write_failure_when_truncate_fails_too(tmp_path: Path) -> None:
     frames = [_frame(n) for n in range(4)]
     size = _rec_size(frames[0])
-    q = _queue(tmp_path)
+    fs = LocalFileSystem()
+    q = _queue(tmp_path, fs=fs)
     q.put(frames[0])
-    real_ftruncate = os.ftruncate
 
     def ftruncate(fd: int, length: int) -> None:
         raise OSError(errno.EIO, "ftruncate failed")
 
-    restore = _failing_write(monkeypatch, 10, errno.ENOSPC)
-    monkeypatch.setattr(dqqueue.os, "ftruncate", ftruncate)
+    restore = _failing_write(fs, 10, errno.ENOSPC)
+    fs.ftruncate = ftruncate  # type: ignore[method-assign]
     with pytest.raises(OSError):
         q.put(frames[1])
     restore()
-    monkeypatch.setattr(dqqueue.os, "ftruncate", real_ftruncate)
+    del fs.ftruncate
     assert _seg(tmp_path, 0).stat().st_size == size + 10  # the partial record is still there
     assert q.depth == 1
     # the next write reopens the file, cuts the partial record off and appends
@@ -935,14 +935,13 @@ def test_write_failure_when_truncate_fails_too(
     q.close()
 
 
-def test_write_failure_in_the_read_file_does_not_reach_the_reader(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_write_failure_in_the_read_file_does_not_reach_the_reader(tmp_path: Path) -> None:
     frames = [_frame(n) for n in range(4)]
-    q = _queue(tmp_path)
+    fs = LocalFileSystem()
+    q = _queue(tmp_path, fs=fs)
     q.put(frames[0])
     assert q.take(10) == frames[:1]
-    restore = _failing_write(monkeypatch, 20, errno.ENOSPC)
+    restore = _failing_write(fs, 20, errno.ENOSPC)
     with pytest.raises(OSError):
         q.put(frames[1])
     restore()
@@ -967,7 +966,7 @@ def test_failed_sync_keeps_finished_files_for_the_next_sync(
     assert q.take(5) == frames  # into file 2: files 0 and 1 are finished
     real = dqqueue.write_file_atomically
 
-    def full_disk(path: str, data: bytes) -> None:
+    def full_disk(fs: object, path: str, data: bytes, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(dqqueue, "write_file_atomically", full_disk)
@@ -984,31 +983,28 @@ def test_failed_sync_keeps_finished_files_for_the_next_sync(
     q.close()
 
 
-def test_sync_fsyncs_data_before_the_metadata(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sync_fsyncs_data_before_the_metadata(tmp_path: Path) -> None:
     """The metadata must never claim records that are not durable: every file written since the
     last sync (the rolled ones and the current one) is fsynced before the metadata is written."""
     frames = [_frame(n) for n in range(5)]
-    size = _rec_size(frames[0])
-    q = _queue(tmp_path, max_bytes_per_file=2 * size)
+    q_fs = LocalFileSystem()
     events: list[tuple[str, str]] = []
-    real_fsync, real_write = dqqueue.os.fsync, dqqueue.write_file_atomically
+    real_fsync, real_rename = q_fs.fsync, q_fs.rename
 
     def fsync(fd: int) -> None:
         events.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
         real_fsync(fd)
 
-    def write(path: str, data: bytes) -> None:
-        events.append(("write", os.path.basename(path)))
-        real_write(path, data)
+    def rename(src: str, dst: str) -> None:
+        events.append(("rename", os.path.basename(dst)))
+        real_rename(src, dst)
 
+    q = _queue(tmp_path, max_bytes_per_file=2 * _rec_size(frames[0]), fs=q_fs)
     q.put_many(frames)  # rolls twice: files 0, 1 are retired, 2 is the write file
-    monkeypatch.setattr(dqqueue.os, "fsync", fsync)
-    monkeypatch.setattr(dqqueue, "write_file_atomically", write)
+    q_fs.fsync, q_fs.rename = fsync, rename  # type: ignore[method-assign]
     q.sync_now()
     assert sorted(events[:3]) == [("fsync", f"{NAME}.diskqueue.{n:06d}.dat") for n in range(3)]
-    assert events[3] == ("write", f"{NAME}.diskqueue.meta.dat")
-    # then only write_file_atomically's own fsync of its temporary file
-    assert [kind for kind, name in events[4:] if not name.endswith(".tmp")] == []
+    # then the metadata: its temporary file fsynced, then renamed over it
+    assert [e for e in events[3:] if e[0] == "rename"] == [("rename", f"{NAME}.diskqueue.meta.dat")]
+    assert all(name.endswith(".tmp") for kind, name in events[3:] if kind == "fsync")
     q.close()

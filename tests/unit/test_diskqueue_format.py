@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from trionsq.diskqueue import DiskQueue
-from trionsq.diskqueue import files as dqfiles
 from trionsq.diskqueue.files import (
     Metadata,
     MetadataError,
@@ -28,6 +27,7 @@ from trionsq.diskqueue.files import (
     read_metadata,
     write_file_atomically,
 )
+from trionsq.diskqueue.fs import LOCAL, LocalFileSystem
 from trionsq.protocol.message import encode_message, encode_message_frame
 
 MIN = 26
@@ -131,10 +131,29 @@ def test_parse_metadata_rejects_other_text(text: bytes) -> None:
         parse_metadata(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"7\n1,2\n3,9223372036854775808\n",  # beyond int64
+        b"99999999999999999999999\n0,0\n0,0\n",
+        b"7\n-1,2\n3,4\n",  # negative positions and file numbers
+        b"7\n1,-2\n3,4\n",
+        b"7\n1,2\n3,-4\n",
+    ],
+)
+def test_parse_metadata_rejects_values_no_queue_has(text: bytes) -> None:
+    with pytest.raises(MetadataError):
+        parse_metadata(text)
+
+
+def test_parse_metadata_takes_go_s_negative_depth() -> None:
+    assert parse_metadata(b"-3\n1,2\n3,4\n") == Metadata(-3, 1, 2, 3, 4)
+
+
 def test_read_metadata_missing_file_is_none(tmp_path: Path) -> None:
-    assert read_metadata(str(tmp_path / "nope.diskqueue.meta.dat")) is None
+    assert read_metadata(LOCAL, str(tmp_path / "nope.diskqueue.meta.dat")) is None
     (tmp_path / "m").write_bytes(b"3\n0,8\n1,16\n")
-    assert read_metadata(str(tmp_path / "m")) == Metadata(3, 0, 8, 1, 16)
+    assert read_metadata(LOCAL, str(tmp_path / "m")) == Metadata(3, 0, 8, 1, 16)
 
 
 # --- atomic writes -----------------------------------------------------------------------
@@ -143,24 +162,23 @@ def test_read_metadata_missing_file_is_none(tmp_path: Path) -> None:
 def test_write_file_atomically_replaces_and_leaves_no_tmp(tmp_path: Path) -> None:
     target = tmp_path / "x.diskqueue.meta.dat"
     target.write_bytes(b"old contents that are longer")
-    write_file_atomically(str(target), b"new")
+    write_file_atomically(LOCAL, str(target), b"new")
     assert target.read_bytes() == b"new"
     assert sorted(os.listdir(tmp_path)) == ["x.diskqueue.meta.dat"]
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
-def test_write_file_atomically_failure_keeps_old_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_write_file_atomically_failure_keeps_old_file(tmp_path: Path) -> None:
     target = tmp_path / "m"
     target.write_bytes(b"old")
+    fs = LocalFileSystem()
 
     def failing_fsync(fd: int) -> None:
         raise OSError(errno.EIO, "fsync failed")
 
-    monkeypatch.setattr(dqfiles.os, "fsync", failing_fsync)
+    fs.fsync = failing_fsync  # type: ignore[method-assign]
     with pytest.raises(OSError) as info:
-        write_file_atomically(str(target), b"new")
+        write_file_atomically(fs, str(target), b"new")
     assert info.value.errno == errno.EIO
     assert target.read_bytes() == b"old"
     assert sorted(os.listdir(tmp_path)) == ["m"]
@@ -178,8 +196,8 @@ def test_deferred_round_trip(tmp_path: Path) -> None:
     }
     path = tmp_path / "d"
     path.write_bytes(encoded)
-    assert read_deferred(str(path)) == due
-    assert read_deferred(str(tmp_path / "missing")) == {}
+    assert read_deferred(LOCAL, str(path)) == due
+    assert read_deferred(LOCAL, str(tmp_path / "missing")) == {}
 
 
 def test_read_deferred_skips_bad_entries(tmp_path: Path) -> None:
@@ -198,7 +216,7 @@ def test_read_deferred_skips_bad_entries(tmp_path: Path) -> None:
             }
         )
     )
-    assert read_deferred(str(path)) == {_id(1): 10}
+    assert read_deferred(LOCAL, str(path)) == {_id(1): 10}
 
 
 @pytest.mark.parametrize("text", [b"not json", b"[]", b'{"version":1}', b'{"deferred":[1]}'])
@@ -206,7 +224,7 @@ def test_read_deferred_rejects_other_files(tmp_path: Path, text: bytes) -> None:
     path = tmp_path / "d"
     path.write_bytes(text)
     with pytest.raises(ValueError):
-        read_deferred(str(path))
+        read_deferred(LOCAL, str(path))
 
 
 # --- what trionsq writes -----------------------------------------------------------------

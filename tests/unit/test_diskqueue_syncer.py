@@ -19,6 +19,7 @@ import trio.testing
 from trionsq.diskqueue import DiskQueue, DiskSyncer
 from trionsq.diskqueue import queue as dqqueue
 from trionsq.diskqueue.files import write_file_atomically
+from trionsq.diskqueue.fs import FileSystem
 from trionsq.protocol.message import encode_message_frame, framed_id
 
 TIMEOUT = 2.0
@@ -249,12 +250,12 @@ def _fail_metadata_of(monkeypatch: pytest.MonkeyPatch, name: str, times: int) ->
     """write_file_atomically fails with ENOSPC for queue `name`'s metadata `times` times."""
     failures = 0
 
-    def write(path: str, data: bytes) -> None:
+    def write(fs: FileSystem, path: str, data: bytes, **kwargs: bool) -> None:
         nonlocal failures
         if os.path.basename(path) == f"{name}.diskqueue.meta.dat" and failures < times:
             failures += 1
             raise OSError(errno.ENOSPC, "No space left on device")
-        write_file_atomically(path, data)
+        write_file_atomically(fs, path, data, **kwargs)
 
     monkeypatch.setattr(dqqueue, "write_file_atomically", write)
     return lambda: failures
@@ -397,11 +398,11 @@ async def test_jobs_run_in_a_worker_thread(tmp_path: Path) -> None:
     threads: list[str] = []
     real_write = dqqueue.write_file_atomically
 
-    def write(path: str, data: bytes) -> None:
+    def write(fs: FileSystem, path: str, data: bytes, **kwargs: bool) -> None:
         import threading
 
         threads.append(threading.current_thread().name)
-        real_write(path, data)
+        real_write(fs, path, data, **kwargs)
 
     syncer = DiskSyncer(60.0)
     q = _queue(tmp_path, syncer, sync_every=2)

@@ -98,6 +98,10 @@ tls-required tls-min-version deflate max-deflate-level snappy enable-experiment
 """
 )
 
+#: trionsq's own flags, beyond NSQ's: opt-in, their defaults leave nsqd NSQ's.
+TRIONSQ_DEFAULTS: dict[str, object] = {"sync_ack": False}
+TRIONSQ_FLAGS = ["sync-ack"]
+
 
 def _write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "nsqd.toml"
@@ -107,12 +111,12 @@ def _write(tmp_path: Path, text: str) -> str:
 
 def test_defaults_match_nsq() -> None:
     opts = NSQDOptions()
-    for name, value in EXPECTED_DEFAULTS.items():
+    for name, value in {**EXPECTED_DEFAULTS, **TRIONSQ_DEFAULTS}.items():
         assert getattr(opts, name) == value, name
     assert opts.node_id == default_node_id()
     assert 0 <= opts.node_id < 1024
     assert opts.broadcast_address == socket.gethostname()
-    covered = set(EXPECTED_DEFAULTS) | {"node_id", "broadcast_address"}
+    covered = set(EXPECTED_DEFAULTS) | set(TRIONSQ_DEFAULTS) | {"node_id", "broadcast_address"}
     covered |= {"explicit_fields", "config_fields"}
     assert {f.name for f in fields(NSQDOptions)} == covered
 
@@ -126,7 +130,7 @@ def test_parse_no_args_gives_defaults() -> None:
 
 
 def test_flag_table_is_nsqds() -> None:
-    assert sorted(nsqd_flagset().flags) == sorted(NSQD_FLAGS)
+    assert sorted(nsqd_flagset().flags) == sorted(NSQD_FLAGS + TRIONSQ_FLAGS)
 
 
 def test_special_field_and_cfg_names() -> None:

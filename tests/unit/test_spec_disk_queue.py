@@ -1,5 +1,6 @@
 """The disk-queue spec: every configuration holds, every seeded fault is caught by the property
-it breaks, and single transitions do what go-diskqueue does (or what trionsq must do instead)."""
+it breaks, and single transitions do what go-diskqueue does (or what trionsq must do instead),
+--sync-ack's group commit included."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from spec.disk_queue import (
     Meta,
     acknowledged_survives,
     build,
+    build_sync_ack,
     mutants,
     readable,
     records_of,
@@ -27,6 +29,10 @@ REJECTED_BY = {
     "disk_queue.depth_not_corrected": "depth_zero_at_tail",
     "disk_queue.restart_writes_into_stale_file": "write_file_ends_at_write_pos",
     "disk_queue.salvage_not_counted": "depth_counts_readable",
+    "disk_queue.sync_ack_ack_before_fsync": "acknowledged_survives",
+    "disk_queue.group_commit_write_file_only": "acknowledged_survives",
+    "disk_queue.group_commit_acks_later_puts": "acknowledged_survives",
+    "disk_queue.salvage_write_file_only": "depth_counts_readable",
 }
 
 
@@ -35,6 +41,14 @@ def test_spec_holds(spec: Spec) -> None:
     result = check(spec)
     assert result.ok, result.violation and format_trace(spec, result.violation)
     assert result.states > 1000
+
+
+def test_the_configurations() -> None:
+    assert [s.name for s in specs()] == [
+        "disk_queue.sync_every_1",
+        "disk_queue.sync_every_2",
+        "disk_queue.sync_ack",
+    ]
 
 
 def test_every_fault_has_a_mutant() -> None:
@@ -142,3 +156,62 @@ def test_a_torn_tail_is_salvaged_then_skipped() -> None:
     state = take(spec, state, "ReadOne(f0[1] unreadable)")
     assert state.lost == frozenset() and state.depth == 0
     assert (state.read_file_num, state.read_pos) == (state.write_file_num, state.write_pos)
+
+
+# -- --sync-ack: group commit -----------------------------------------------------------------
+
+
+def test_sync_ack_a_put_is_acknowledged_by_the_group_commit_without_metadata() -> None:
+    spec = build_sync_ack()
+    state = run(spec, "Put(m0)")
+    assert state.acked == frozenset() and state.unacked == {0} and not state.need_sync
+    state = take(spec, state, "PrepareGroupCommit(f0:1)")
+    assert state.acked == frozenset()
+    state = take(spec, state, "GroupCommit(m0)")
+    assert state.acked == {0} and state.segments[0].synced == 1
+    assert state.meta == Meta()  # data only: the metadata keeps its own schedule
+    state = take(spec, take(spec, state, "Crash"), "Restart")
+    assert readable(state) == (0,) and acknowledged_survives(state) is True
+
+
+def test_sync_ack_a_rollover_retires_the_write_file_unsynced() -> None:
+    spec = build_sync_ack()
+    state = run(spec, "Put(m0)", "Put(m1)", "Put(m2)")
+    assert records_of(state, 0) == (0, 1) and records_of(state, 1) == (2,)
+    assert [g.synced for g in state.segments] == [0, 0] and state.need_sync
+    assert state.meta == Meta()
+    state = take(spec, state, "PrepareGroupCommit(f0:2 f1:1)")
+    state = take(spec, state, "GroupCommit(m0 m1 m2)")  # one round acknowledges all three
+    assert [g.synced for g in state.segments] == [2, 1] and state.meta == Meta()
+
+
+def test_sync_ack_restart_salvages_acknowledged_records_the_metadata_does_not_know() -> None:
+    spec = build_sync_ack()
+    state = run(spec, "Put(m0)", "Put(m1)", "Put(m2)", "PrepareGroupCommit", "GroupCommit", "Crash")
+    assert state.meta == Meta() and state.acked == {0, 1, 2}
+    state = take(spec, state, "Restart")
+    assert (state.write_file_num, state.write_pos, state.depth) == (2, 0, 3)
+    assert readable(state) == (0, 1, 2) and acknowledged_survives(state) is True
+
+
+def test_sync_ack_a_put_after_the_capture_waits_for_the_next_round() -> None:
+    spec = build_sync_ack()
+    state = run(spec, "Put(m0)", "PrepareGroupCommit(f0:1)", "Put(m1)", "GroupCommit(m0)")
+    assert state.acked == {0} and state.unacked == {1}
+    assert state.segments[0].synced == 1  # m1 may not be durable yet
+    state = take(spec, take(spec, state, "PrepareGroupCommit(f0:2)"), "GroupCommit(m1)")
+    assert state.acked == {0, 1} and state.segments[0].synced == 2
+
+
+def test_salvage_write_file_only_loses_an_acknowledged_record_of_a_later_file() -> None:
+    """Besides the depth it undercounts: when the write file is exactly write_pos long, the
+    segment a rollover started after the last metadata sync is never read."""
+    labels = (
+        *("Put(m0)", "Put(m1)", "SyncTimeout", "Fsync", "PersistMetaData"),
+        *("Put(m2)", "PrepareGroupCommit(f1:1)", "GroupCommit(m2)", "Crash", "Restart"),
+    )
+    state = run(build_sync_ack(), *labels)
+    assert state.acked == {0, 1, 2} and readable(state) == (0, 1, 2)
+    state = run(build_sync_ack(frozenset({"salvage_write_file_only"})), *labels)
+    assert readable(state) == (0, 1)
+    assert acknowledged_survives(state) is not True

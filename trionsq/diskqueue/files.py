@@ -3,7 +3,11 @@
 A queue named ``N`` in ``data_path`` keeps its records in ``N.diskqueue.000000.dat``,
 ``N.diskqueue.000001.dat``, ... and its positions in ``N.diskqueue.meta.dat``, whose text is
 ``"depth\\nreadFileNum,readPos\\nwriteFileNum,writePos\\n"`` (reference §7). trionsq adds
-``N.diskqueue.deferred.dat`` beside them, which Go nsqd ignores.
+``N.diskqueue.deferred.dat`` (due times of messages written at shutdown) and
+``N.diskqueue.deferred.log`` (deferred.py) beside them, which Go nsqd ignores.
+
+Every function takes the file system to use (fs.py), so that tests can run them on a
+simulated disk.
 """
 
 from __future__ import annotations
@@ -14,10 +18,14 @@ import random
 import re
 from dataclasses import dataclass
 
+from .fs import O_CREAT, O_TRUNC, O_WRONLY, FileSystem, write_all
+
 # Our own generator for temp-file names: the global one belongs to whoever seeds it (Hypothesis
 # does, and warns when code under test draws from it).
 _tmp_names = random.Random()
 _METADATA = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n")
+#: go-diskqueue's fields are int64: a value beyond is not go's metadata.
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def data_file_name(data_path: str, name: str, file_num: int) -> str:
@@ -31,6 +39,11 @@ def metadata_file_name(data_path: str, name: str) -> str:
 def deferred_file_name(data_path: str, name: str) -> str:
     """trionsq's side file: the due times of deferred messages written at shutdown."""
     return os.path.join(data_path, f"{name}.diskqueue.deferred.dat")
+
+
+def deferred_log_name(data_path: str, name: str) -> str:
+    """trionsq's log of the deferred messages a durable queue holds while nsqd runs."""
+    return os.path.join(data_path, f"{name}.diskqueue.deferred.log")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,54 +63,63 @@ class Metadata:
 
 
 class MetadataError(ValueError):
-    """The metadata file exists but does not hold go-diskqueue's text."""
+    """The metadata file exists but does not hold go-diskqueue's text, or holds values no
+    queue can have (beyond int64, negative positions or file numbers)."""
 
 
 def parse_metadata(text: bytes) -> Metadata:
     match = _METADATA.match(text)
     if match is None:
         raise MetadataError(f"unexpected metadata {text[:80]!r}")
-    return Metadata(*(int(group) for group in match.groups()))
+    values = [int(group) for group in match.groups()]
+    if any(not _INT64_MIN <= value <= _INT64_MAX for value in values):
+        raise MetadataError(f"metadata value beyond int64 in {text[:80]!r}")
+    if any(value < 0 for value in values[1:]):
+        raise MetadataError(f"negative position in metadata {text[:80]!r}")
+    # A negative depth is go's (its depth can go below 0): recovery recounts it.
+    return Metadata(*values)
 
 
-def read_metadata(path: str) -> Metadata | None:
+def read_metadata(fs: FileSystem, path: str) -> Metadata | None:
     """The metadata in `path`, or None when there is no such file (a new queue)."""
     try:
-        with open(path, "rb") as f:
-            text = f.read(4096)
+        text = fs.read_file(path, 4096)
     except FileNotFoundError:
         return None
     return parse_metadata(text)
 
 
-def write_file_atomically(path: str, data: bytes) -> None:
+def write_file_atomically(
+    fs: FileSystem, path: str, data: bytes, *, sync_dir: bool = False
+) -> None:
     """Write `data` to ``path.<rand>.tmp``, fsync it and rename it over `path`, as Go's
-    nsqd and go-diskqueue do (a crash leaves the old or the new file, never a mix)."""
+    nsqd and go-diskqueue do (a crash leaves the old or the new file, never a mix).
+    `sync_dir` also makes the rename itself durable (a power cut cannot bring back the old
+    file)."""
     tmp = f"{path}.{_tmp_names.getrandbits(62)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = fs.open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        write_all(fs, fd, data, 0)
+        fs.fsync(fd)
     except BaseException:
-        os.close(fd)
-        _remove_quietly(tmp)
+        fs.close(fd)
+        _remove_quietly(fs, tmp)
         raise
-    os.close(fd)
+    fs.close(fd)
     try:
-        os.rename(tmp, path)
+        fs.rename(tmp, path)
     except BaseException:
-        _remove_quietly(tmp)
+        _remove_quietly(fs, tmp)
         raise
+    if sync_dir:
+        fs.fsync_dir(os.path.dirname(path) or ".")
 
 
-def read_deferred(path: str) -> dict[bytes, int]:
+def read_deferred(fs: FileSystem, path: str) -> dict[bytes, int]:
     """Message ID -> due time (Unix ns) from a deferred side file; {} if there is none.
     Raises ValueError (JSON's errors included) when the file is not one."""
     try:
-        with open(path, "rb") as f:
-            raw = json.load(f)
+        raw = json.loads(fs.read_file(path))
     except FileNotFoundError:
         return {}
     if not isinstance(raw, dict) or not isinstance(raw.get("deferred"), dict):
@@ -114,8 +136,8 @@ def encode_deferred(due_times: dict[bytes, int]) -> bytes:
     return json.dumps({"version": 1, "deferred": deferred}, separators=(",", ":")).encode()
 
 
-def _remove_quietly(path: str) -> None:
+def _remove_quietly(fs: FileSystem, path: str) -> None:
     try:
-        os.remove(path)
+        fs.remove(path)
     except OSError:
         pass

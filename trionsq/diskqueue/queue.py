@@ -8,7 +8,10 @@ frame header.
 Everything here runs in the event loop and never waits for the disk to make data durable:
 appends are plain writes into the page cache (a killed process loses nothing written), and
 `DiskSyncer` (syncer.py) fsyncs and writes the metadata file in a worker thread, following
---sync-every and --sync-timeout.
+--sync-every and --sync-timeout (and, with --sync-ack, before publishes are acknowledged).
+Opening is recovery.py's `recover` (blocking: nsqd runs it in a worker thread at start-up);
+files are reached through a `FileSystem` (fs.py), so that tests can cut a simulated disk's
+power.
 
 The read position that is persisted is not where the reader is but where consumption is
 *committed*. A channel's queue is opened with ``track_consumption=True``: a message it hands
@@ -16,29 +19,34 @@ out stays owed (`release` ends that, on FIN) and the metadata's read position ne
 oldest owed message, so a crash redelivers messages that were in flight rather than losing
 them (go-diskqueue persists the reader's position and loses them). Messages after the owed
 one that were already finished come back too: delivery is at least once.
+
+Deferred messages of a durable topic or channel live in the queue's `DeferredLog`
+(deferred.py) while they wait; a record read from the queue whose message that log holds is
+skipped (the log's copy stands for it).
 """
 
 from __future__ import annotations
 
+import bisect
+import errno
 import logging
-import os
-import re
 import struct
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
+from .deferred import DeferredLog, Held
 from .files import (
     Metadata,
-    MetadataError,
     data_file_name,
     deferred_file_name,
+    deferred_log_name,
     encode_deferred,
     metadata_file_name,
-    read_deferred,
-    read_metadata,
     write_file_atomically,
 )
+from .fs import LOCAL, O_CREAT, O_RDONLY, O_TRUNC, O_WRONLY, FileSystem, write_all
+from .recovery import Recovered, log_recovery, recover
 
 if TYPE_CHECKING:
     from .syncer import DiskSyncer
@@ -56,7 +64,21 @@ _FRAME_ID = slice(18, 34)
 #: Bytes read from a segment at a time.
 READ_CHUNK = 1 << 20
 
-SyncJob = Callable[[], None]
+_NOTHING: dict[bytes, Held] = {}
+
+
+def _noop() -> None:
+    pass
+
+
+class SyncJob(NamedTuple):
+    """The blocking part of one queue's sync, in two steps: `fsync` makes its data durable;
+    `persist` (run only once every queue of the sync round has done `fsync`) writes its
+    metadata and deletes what its metadata no longer needs. A move between queues (topic to
+    channel) is then never recorded as done before the copy it made is durable."""
+
+    fsync: Callable[[], None]
+    persist: Callable[[], None]
 
 
 class DiskQueueError(Exception):
@@ -82,13 +104,20 @@ class DiskQueue:
         sync_every: int,
         syncer: DiskSyncer | None = None,
         track_consumption: bool = False,
+        fs: FileSystem = LOCAL,
+        recovered: Recovered | None = None,
+        delay_deferred_drops: bool = False,
     ) -> None:
+        """`recovered`: the state `recover` found on disk for this queue (run beforehand in a
+        worker thread); without it the queue recovers itself, blocking. `delay_deferred_drops`:
+        see deferred.py (--sync-ack)."""
         self.name = name
         self.data_path = data_path
         self.max_bytes_per_file = max_bytes_per_file
         self.min_msg_size = min_msg_size
         self.max_msg_size = max_msg_size
         self.sync_every = max(sync_every, 1)
+        self._fs = fs
         #: Messages not yet handed out by `take`.
         self.depth = 0
         #: Message ID -> due time (Unix ns) of messages that were deferred at shutdown.
@@ -110,107 +139,56 @@ class DiskQueue:
         self._write_pos = 0
         self._wfd: int | None = None
         self._retired_fds: list[int] = []  # write files to fsync and close in the next sync
-        self._lowest_file = 0  # lowest segment number that may still exist
-        self._lowest_before_sync = 0  # _lowest_file before the last sync job (if it fails)
+        # Segments that were on disk at open (ascending, not yet deleted), and the first file
+        # this process writes: files from there on are numbered one after another.
+        self._old_segments: list[int] = []
+        self._segments_at_open: list[int] = []
+        self._first_own_file = 0
+        self._lowest_own = 0  # lowest own file that may still exist
+        self._undeleted: list[str] = []  # finished segments a failed sync did not delete
         self._ops_since_sync = 0
+        # Data written (or files created) since the syncer last captured the queue.
+        self._unsynced_data = False
+        self._new_files = False
         self._deferred_file_exists = False
+        self._log: DeferredLog | None = None
+        self._delay_drops = delay_deferred_drops
+        #: The deferred log's messages (empty while there is no log): read from it on the hot
+        #: path, so it is an attribute rather than a property.
+        self._held: dict[bytes, Held] = _NOTHING
         self.closed = False
         self.deleted = False
         self._syncer = syncer
-        self._open()
+        if recovered is None:
+            recovered = recover(
+                fs, name, data_path, min_msg_size=min_msg_size, max_msg_size=max_msg_size
+            )
+        self._apply(recovered)
         if syncer is not None:
             syncer.add(self)
 
     # -- opening --------------------------------------------------------------------------
 
-    def _open(self) -> None:
-        meta_path = metadata_file_name(self.data_path, self.name)
-        try:
-            meta = read_metadata(meta_path)
-        except (OSError, MetadataError) as err:
-            log.error("DISKQUEUE(%s) failed to retrieveMetaData - %s", self.name, err)
-            meta = None
-        segments = self._segments_on_disk()
-        if meta is None:
-            # A new queue, or lost metadata: read every segment there is, write after them.
-            first = segments[0] if segments else 0
-            last = segments[-1] + 1 if segments else 0
-            meta = Metadata(0, first, 0, last, 0)
-            depth = sum(self._count_records(n, 0) for n in segments)
-        else:
-            depth = max(meta.depth, 0)
-            if (meta.read_file, meta.read_pos) > (meta.write_file, meta.write_pos):
-                log.error(
-                    "DISKQUEUE(%s) read position %d,%d is past write position %d,%d, "
-                    "corruption, skipping to a new file",
-                    self.name,
-                    meta.read_file,
-                    meta.read_pos,
-                    meta.write_file,
-                    meta.write_pos,
-                )
-                fresh = max([meta.read_file, meta.write_file, *segments]) + 1
-                meta = Metadata(0, fresh, 0, fresh, 0)
-                depth = 0
-            meta, depth = self._salvage(meta, depth, segments)
-        self.depth = depth
+    def _apply(self, recovered: Recovered) -> None:
+        log_recovery(self.name, recovered)
+        meta = recovered.meta
+        self.depth = max(meta.depth, 0)
         self._read_file, self._read_pos = meta.read_file, meta.read_pos
         self._write_file, self._write_pos = meta.write_file, meta.write_pos
-        self._lowest_file = min([meta.read_file, *segments])
-        try:
-            self.deferred_due = read_deferred(deferred_file_name(self.data_path, self.name))
-        except (OSError, ValueError) as err:
-            log.error("DISKQUEUE(%s) ignoring unreadable deferred file - %s", self.name, err)
-        self._deferred_file_exists = os.path.exists(deferred_file_name(self.data_path, self.name))
-
-    def _segments_on_disk(self) -> list[int]:
-        pattern = re.compile(re.escape(self.name) + r"\.diskqueue\.(\d{6,})\.dat")
-        try:
-            names = os.listdir(self.data_path)
-        except OSError:
-            return []
-        return sorted(int(m.group(1)) for n in names if (m := pattern.fullmatch(n)))
-
-    def _salvage(self, meta: Metadata, depth: int, segments: list[int]) -> tuple[Metadata, int]:
-        """Writes that reached the disk after the metadata was last written (a crash, or Go
-        nsqd killed): count them into the depth, and write after them, as go-diskqueue does."""
-        path = data_file_name(self.data_path, self.name, meta.write_file)
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError:
-            size = 0
-        later = [n for n in segments if n > meta.write_file]
-        if size == meta.write_pos and not later:
-            return meta, depth
-        # Shorter or missing too (spec/disk_queue.py, unlike go): appending at writePos would
-        # leave a hole that reads as a bad record, losing what is written after it.
-        log.warning(
-            "DISKQUEUE(%s) %s metadata writePos %d != file size of %d, skipping to new file",
-            self.name,
-            path,
-            meta.write_pos,
-            size,
-        )
-        extra = self._count_records(meta.write_file, meta.write_pos)
-        extra += sum(self._count_records(n, 0) for n in later)
-        next_file = (later[-1] if later else meta.write_file) + 1
-        return Metadata(meta.depth, meta.read_file, meta.read_pos, next_file, 0), depth + extra
-
-    def _count_records(self, file_num: int, start: int) -> int:
-        """Whole, valid records in a segment from `start` (stops at the first bad one)."""
-        try:
-            with open(data_file_name(self.data_path, self.name, file_num), "rb") as f:
-                data = f.read()
-        except OSError:
-            return 0
-        count, pos, size = 0, start, len(data)
-        while pos + 4 <= size:
-            length = _LENGTH.unpack_from(data, pos)[0]
-            if not self.min_msg_size <= length <= self.max_msg_size or pos + 4 + length > size:
-                break
-            pos += 4 + length
-            count += 1
-        return count
+        self._segments_at_open = list(recovered.segments)
+        self._old_segments = [n for n in recovered.segments if n < meta.write_file]
+        self._first_own_file = self._lowest_own = meta.write_file
+        self.deferred_due = recovered.deferred_due
+        self._deferred_file_exists = recovered.deferred_file_exists
+        if recovered.held or recovered.log_size:
+            self._log = DeferredLog(
+                self._fs,
+                deferred_log_name(self.data_path, self.name),
+                recovered.held,
+                recovered.log_size,
+                delay_drops=self._delay_drops,
+            )
+            self._held = self._log.held
 
     # -- writing --------------------------------------------------------------------------
 
@@ -291,37 +269,35 @@ class DiskQueue:
         self._append(parts, len(parts), pos)
 
     def _append(self, parts: Sequence[bytes | memoryview], count: int, new_pos: int) -> None:
+        fs = self._fs
         fd = self._wfd if self._wfd is not None else self._open_write_file()
-        data = b"".join(parts)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fs, fd, b"".join(parts), self._write_pos)
         except OSError:
             # Leave no partial record behind: the next write starts where this one did.
             try:
-                os.ftruncate(fd, self._write_pos)
-                os.lseek(fd, self._write_pos, os.SEEK_SET)
+                fs.ftruncate(fd, self._write_pos)
             except OSError:
                 self._retired_fds.append(fd)
                 self._wfd = None
             raise
         self._write_pos = new_pos
         self.depth += count
+        self._data_written()
         self._count_ops(count)
 
     def _open_write_file(self) -> int:
         path = data_file_name(self.data_path, self.name, self._write_file)
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if self._write_pos == 0 else 0)
-        fd = os.open(path, flags, 0o600)
+        fresh = self._write_pos == 0
+        fd = self._fs.open(path, O_WRONLY | O_CREAT | (O_TRUNC if fresh else 0), 0o600)
         try:
-            if self._write_pos:
-                os.ftruncate(fd, self._write_pos)
-                os.lseek(fd, self._write_pos, os.SEEK_SET)
+            if not fresh:
+                self._fs.ftruncate(fd, self._write_pos)
         except OSError:
-            os.close(fd)
+            self._fs.close(fd)
             raise
         self._wfd = fd
+        self._new_files |= fresh
         return fd
 
     def _roll(self) -> None:
@@ -335,6 +311,50 @@ class DiskQueue:
         self._write_pos = 0
         self._request_sync()
 
+    def _data_written(self) -> None:
+        if not self._unsynced_data:
+            self._unsynced_data = True
+            if self._syncer is not None:
+                self._syncer.mark_dirty(self)
+
+    # -- deferred messages ----------------------------------------------------------------
+
+    def hold_deferred(self, entries: Iterable[tuple[bytes, int]]) -> None:
+        """Keep (frame, due time in Unix ns) entries in the deferred log until
+        `drop_deferred`. Raises OSError when the disk refuses, DiskQueueError when closed."""
+        if self.closed:
+            raise DiskQueueError("exiting")
+        log = self._log
+        if log is None:
+            log = self._log = DeferredLog(
+                self._fs,
+                deferred_log_name(self.data_path, self.name),
+                delay_drops=self._delay_drops,
+            )
+            self._held = log.held
+        log.hold(entries)
+        self._new_files = True
+        self._data_written()
+
+    def drop_deferred(self, message_ids: Iterable[bytes]) -> None:
+        """The messages left the deferred log (they were written elsewhere first)."""
+        if self._log is not None and not self.closed:
+            self._log.drop(message_ids)
+            self._data_written()
+
+    @property
+    def held_deferred(self) -> dict[bytes, Held]:
+        """Message ID -> (due time in Unix ns, frame) of the messages the deferred log holds."""
+        return self._held
+
+    def clear_deferred(self) -> None:
+        """Hold no deferred messages any more: they are being written to the queue (at
+        shutdown). The log is removed by the next sync, once that copy is durable; a crash
+        before leaves both, and the log's copy stands for the queue's."""
+        if self._log is not None:
+            self._log.remove()
+            self._data_written()
+
     # -- reading --------------------------------------------------------------------------
 
     def take(self, max_count: int) -> list[bytes]:
@@ -346,8 +366,9 @@ class DiskQueue:
     def take_records(self, max_count: int) -> tuple[list[bytes], int]:
         """Up to `max_count` records as go-diskqueue bytes (whole records, in one or more
         pieces) and their count: for moving messages to other queues (`put_records`)
-        without decoding them. Not for a queue that tracks consumption."""
-        assert not self._track, "records taken raw cannot be tracked"
+        without decoding them. Not for a queue that tracks consumption or whose deferred log
+        holds messages (those records are checked one by one)."""
+        assert not self._track and not self._held, "these records must be decoded"
         pieces: list[bytes] = []
         count = self._consume(max_count, lambda want, end: self._read_raw(pieces, want, end))
         return pieces, count
@@ -378,23 +399,30 @@ class DiskQueue:
             # Like go's reader, leave a finished file as its last record is read: the persisted
             # position is then never the end of a finished file (go would rename it .bad).
             self._next_read_file()
-        if self.depth and self._read_file == self._write_file and self._read_pos >= self._write_pos:
+        at_tail = self._read_file == self._write_file and self._read_pos >= self._write_pos
+        if self.depth and at_tail:
             log.error(
                 "DISKQUEUE(%s) depth %d at tail, metadata corruption or data loss, resetting 0",
                 self.name,
                 self.depth,
             )
             self.depth = 0
+        elif not self.depth and not at_tail:
+            # Records remain that the depth does not count (it is only a count kept beside the
+            # positions): keep it at one until the reader reaches the writer, or the consumers
+            # would stop asking for them.
+            self.depth = 1
         return done
 
     def _read_records(self, out: list[bytes], want: int, end: int) -> int:
         """Decode up to `want` records of the read file (before `end`) into frames appended
-        to `out`; returns the records consumed (a skipped second copy counts)."""
+        to `out`; returns the records consumed (a skipped copy counts)."""
         buf, view, off, base = self._rbuf, self._rview, self._roff, self._rbuf_pos
         unpack = _LENGTH.unpack_from
         pack = _FRAME_HEADER.pack
         lo, hi = self.min_msg_size, self.max_msg_size
         track = self._track
+        held = self._held
         consumed = 0
         try:
             while consumed < want and base + off < end:
@@ -408,16 +436,18 @@ class DiskQueue:
                     buf, view, off, base = self._refill(off, 4 + length, end)
                     stop = off + 4 + length
                 consumed += 1
-                if track:
+                if track or held:
                     message_id = buf[off + _RECORD_ID.start : off + _RECORD_ID.stop]
-                    if message_id in self.owed:
+                    if (held and message_id in held) or (track and message_id in self.owed):
                         # A second copy (a crash made the writer repeat it) of a message
-                        # still handed out: that one stands for both. Kept in the order
-                        # (as released) so that the persisted depth still counts it.
-                        self._owed_in_order.append([self._read_file, base + off, 1])
+                        # handed out or held deferred: that one stands for both. Kept in the
+                        # order (as released) so that the persisted depth still counts it.
+                        if track:
+                            self._owed_in_order.append([self._read_file, base + off, 1])
                         off = stop
                         continue
-                    self._owe(message_id, base + off)
+                    if track:
+                        self._owe(message_id, base + off)
                 out.append(pack(length + 4, _FRAME_TYPE_MESSAGE) + view[off + 4 : stop])
                 off = stop
         except _CorruptRecord as err:
@@ -479,7 +509,7 @@ class DiskQueue:
         have = len(buf) - off
         file_pos = self._rbuf_pos + len(buf)
         want = min(max(READ_CHUNK, need) - have, end - file_pos)
-        data = os.pread(self._rfd, want, file_pos) if want > 0 else b""
+        data = self._fs.pread(self._rfd, want, file_pos) if want > 0 else b""
         if have + len(data) < need:
             raise _CorruptRecord(
                 f"short read: {have + len(data)} of {need} bytes at {self._rbuf_pos + off}"
@@ -498,12 +528,15 @@ class DiskQueue:
     def _open_read_file(self) -> bool:
         path = data_file_name(self.data_path, self.name, self._read_file)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = self._fs.open(path, O_RDONLY)
+        except FileNotFoundError:
+            self._skip_missing_read_file()
+            return False
         except OSError as err:
             self._skip_bad_read_file(f"open: {err}")
             return False
         if self._read_file < self._write_file:
-            self._read_end = os.fstat(fd).st_size
+            self._read_end = self._fs.fsize(fd)
         self._rfd = fd
         self._reset_read_buffer()
         return True
@@ -516,7 +549,7 @@ class DiskQueue:
 
     def _close_read_file(self) -> None:
         if self._rfd is not None:
-            os.close(self._rfd)
+            self._fs.close(self._rfd)
             self._rfd = None
         self._reset_read_buffer()
 
@@ -527,21 +560,56 @@ class DiskQueue:
         self._reset_read_buffer()
         self._request_sync()  # the finished segment can be deleted
 
+    def _skip_missing_read_file(self) -> None:
+        """The read file does not exist: go on at the next segment that may, in one step
+        however far apart the numbers are (go-diskqueue tries each number in turn)."""
+        missing = self._read_file
+        if self._read_file == self._write_file:
+            # Nothing was written where the writer stands: move it on too.
+            self._retire_write_file()
+            self._write_file += 1
+            self._write_pos = 0
+            after = self._write_file
+        else:
+            after = self._next_segment_after(missing)
+        log.error(
+            "DISKQUEUE(%s) segment %s missing, reading on at %06d",
+            self.name,
+            f"{missing:06d}" if after == missing + 1 else f"{missing:06d}..{after - 1:06d}",
+            after,
+        )
+        self._read_file, self._read_pos = after, 0
+        self._reset_read_buffer()
+        self._request_sync()
+
+    def _next_segment_after(self, num: int) -> int:
+        """The next segment number after `num` that may exist: one found at open, or one this
+        process wrote (those follow one another from its first write file)."""
+        if num + 1 >= self._first_own_file:
+            return num + 1
+        found = self._segments_at_open
+        i = bisect.bisect_right(found, num)
+        candidate = found[i] if i < len(found) else self._first_own_file
+        return min(candidate, self._first_own_file, self._write_file)
+
+    def _retire_write_file(self) -> None:
+        if self._wfd is not None:
+            self._retired_fds.append(self._wfd)
+            self._wfd = None
+
     def _skip_bad_read_file(self, why: str) -> None:
         """go-diskqueue's recovery: rename the segment ``.bad`` and go on with the next."""
         path = data_file_name(self.data_path, self.name, self._read_file)
         log.error("DISKQUEUE(%s) reading at %d of %s - %s", self.name, self._read_pos, path, why)
         if self._read_file == self._write_file:
-            if self._wfd is not None:
-                self._retired_fds.append(self._wfd)
-                self._wfd = None
+            self._retire_write_file()
             self._write_file += 1
             self._write_pos = 0
         log.warning(
             "DISKQUEUE(%s) jump to next file and saving bad file as %s.bad", self.name, path
         )
         try:
-            os.rename(path, path + ".bad")
+            self._fs.rename(path, path + ".bad")
         except OSError as err:
             log.error("DISKQUEUE(%s) failed to rename bad file %s - %s", self.name, path, err)
         self._close_read_file()
@@ -577,32 +645,45 @@ class DiskQueue:
 
     # -- emptying and lifecycle -----------------------------------------------------------
 
+    def _finished_segments(self, below: int) -> list[str]:
+        """The segments before file `below` that may still exist, taken off the books: the
+        ones found at open and this process's own."""
+        names = []
+        while self._old_segments and self._old_segments[0] < below:
+            names.append(data_file_name(self.data_path, self.name, self._old_segments.pop(0)))
+        for num in range(max(self._lowest_own, self._first_own_file), below):
+            names.append(data_file_name(self.data_path, self.name, num))
+        self._lowest_own = max(self._lowest_own, below)
+        return names
+
     def empty(self) -> None:
         """Drop every message: delete the segments and the metadata file; numbering goes on."""
         self._close_read_file()
-        if self._wfd is not None:
-            self._retired_fds.append(self._wfd)
-            self._wfd = None
-        for num in range(self._lowest_file, self._write_file + 1):
-            _remove(data_file_name(self.data_path, self.name, num))
-        _remove(metadata_file_name(self.data_path, self.name))
+        self._retire_write_file()
+        for path in self._finished_segments(self._write_file + 1) + self._undeleted:
+            _remove(self._fs, path)
+        self._undeleted = []
+        _remove(self._fs, metadata_file_name(self.data_path, self.name))
         self._write_file += 1
         self._write_pos = 0
         self._read_file, self._read_pos = self._write_file, 0
         self._reset_read_buffer()
-        self._lowest_file = self._write_file
         self.depth = 0
         self._owed_in_order.clear()
         self.owed.clear()
         self.deferred_due.clear()
+        if self._log is not None:
+            self._log.clear()
         self._request_sync()
 
     def delete(self) -> None:
         """The topic or channel is deleted: remove its files; the next sync closes them."""
         self.closed = self.deleted = True  # first: a running sync job checks it last
         self.empty()
-        _remove(deferred_file_name(self.data_path, self.name))
+        _remove(self._fs, deferred_file_name(self.data_path, self.name))
         self._deferred_file_exists = False
+        if self._log is not None:
+            self._log.remove()
         if self._syncer is None:
             self.sync_now(final=True)
 
@@ -626,27 +707,67 @@ class DiskQueue:
     def sync_failed(self) -> None:
         """The last sync job failed: try again at the next --sync-timeout tick."""
         self._ops_since_sync = max(self._ops_since_sync, 1)
-        # The finished segments it was to delete may still be there: the retry deletes them.
-        self._lowest_file = min(self._lowest_file, self._lowest_before_sync)
+        self._data_written()
+        if self._log is not None:
+            self._log.sync_done(ok=False)
+
+    def sync_succeeded(self) -> None:
+        if self._log is not None:
+            self._log.sync_done(ok=True)
 
     @property
     def unsynced(self) -> bool:
         """Reads or writes happened since the last sync (the --sync-timeout sync)."""
-        return self._ops_since_sync > 0
+        return self._ops_since_sync > 0 or self._unsynced_data
 
-    def prepare_sync(self, final: bool = False) -> SyncJob:
+    @property
+    def data_unsynced(self) -> bool:
+        """Data was written since the syncer last made this queue's data durable."""
+        return self._unsynced_data
+
+    def prepare_sync(self, final: bool = False, *, metadata: bool = True) -> SyncJob:
         """Capture what the next sync must make durable, in the event loop; the returned job
-        does the blocking part (fsync, metadata file, deleting finished segments) and may run
+        does the blocking part (fsync; then the metadata file and deleting finished segments,
+        unless `metadata` is False: a sync for --sync-ack's acknowledgements only) and may run
         in a worker thread. `final` also closes the files (shutdown)."""
-        self._ops_since_sync = 0
+        fs = self._fs
+        self._unsynced_data = False
         retired, self._retired_fds = self._retired_fds, []
         wfd = self._wfd
+        new_files, self._new_files = self._new_files, False
         if final or self.deleted:
             self._wfd = None
             self._close_read_file()
+        log_fsync, log_finish = (
+            self._log.prepare_sync(final) if self._log is not None else (_noop, _noop)
+        )
+        data_path = self.data_path
         if self.deleted:
             fds = retired + ([wfd] if wfd is not None else [])
-            return lambda: _close_all(fds)
+
+            def close_deleted() -> None:
+                log_finish()
+                _close_all(fs, fds)
+
+            return SyncJob(_noop, close_deleted)
+
+        def fsync() -> None:
+            try:
+                for fd in retired:
+                    fs.fsync(fd)
+                if wfd is not None:
+                    fs.fsync(wfd)
+                log_fsync()
+                if new_files:
+                    fs.fsync_dir(data_path)
+            finally:
+                _close_all(fs, retired)
+                if final and wfd is not None:
+                    fs.close(wfd)
+
+        if not metadata and not final:
+            return SyncJob(fsync, log_finish)
+        self._ops_since_sync = 0
         committed_file, committed_pos = self._committed()
         meta = Metadata(
             self.depth + len(self._owed_in_order),
@@ -655,14 +776,11 @@ class DiskQueue:
             self._write_file,
             self._write_pos,
         ).encode()
-        finished = [
-            data_file_name(self.data_path, self.name, n)
-            for n in range(self._lowest_file, committed_file)
-        ]
-        self._lowest_before_sync = self._lowest_file
-        self._lowest_file = max(self._lowest_file, committed_file)
-        meta_path = metadata_file_name(self.data_path, self.name)
-        deferred_path = deferred_file_name(self.data_path, self.name)
+        finished = self._undeleted + self._finished_segments(committed_file)
+        # What the job could not delete; the loop takes it back once the job is done.
+        self._undeleted = left = list(finished)
+        meta_path = metadata_file_name(data_path, self.name)
+        deferred_path = deferred_file_name(data_path, self.name)
         deferred: bytes | None = None
         drop_deferred = False
         if final and self.deferred_due:
@@ -672,39 +790,34 @@ class DiskQueue:
             drop_deferred = True
             self._deferred_file_exists = False
 
-        def job() -> None:
-            try:
-                for fd in retired:
-                    os.fsync(fd)
-                if wfd is not None:
-                    os.fsync(wfd)
-            finally:
-                _close_all(retired)
-                if final and wfd is not None:
-                    os.close(wfd)
-            write_file_atomically(meta_path, meta)
+        def persist() -> None:
+            write_file_atomically(fs, meta_path, meta)
             for path in finished:
-                _remove(path)
+                if _remove(fs, path):
+                    left.remove(path)
             if deferred is not None:
-                write_file_atomically(deferred_path, deferred)
+                write_file_atomically(fs, deferred_path, deferred)
             elif drop_deferred:
-                _remove(deferred_path)
+                _remove(fs, deferred_path)
+            log_finish()
             if self.deleted:
                 # delete() ran in the event loop while this job ran in its thread: what the job
                 # wrote must not outlive the queue (a queue of the same name would read it).
-                _remove(meta_path)
-                _remove(deferred_path)
+                _remove(fs, meta_path)
+                _remove(fs, deferred_path)
 
-        return job
+        return SyncJob(fsync, persist)
 
     def sync_now(self, final: bool = False) -> None:
         """Sync in the calling thread (no `DiskSyncer`: tools and tests)."""
         job = self.prepare_sync(final)
         try:
-            job()
+            job.fsync()
+            job.persist()
         except OSError:
             self.sync_failed()
             raise
+        self.sync_succeeded()
 
 
 def frames_from_records(pieces: list[bytes]) -> list[bytes]:
@@ -722,18 +835,22 @@ def frames_from_records(pieces: list[bytes]) -> list[bytes]:
     return frames
 
 
-def _close_all(fds: list[int]) -> None:
+def _close_all(fs: FileSystem, fds: list[int]) -> None:
     for fd in fds:
         try:
-            os.close(fd)
+            fs.close(fd)
         except OSError:
             pass
 
 
-def _remove(path: str) -> None:
+def _remove(fs: FileSystem, path: str) -> bool:
+    """Remove a file if it is there; False (and logged) if it could not be removed."""
     try:
-        os.remove(path)
+        fs.remove(path)
     except FileNotFoundError:
         pass
     except OSError as err:
-        log.error("DISKQUEUE failed to remove %s - %s", path, err)
+        if err.errno != errno.ENOENT:
+            log.error("DISKQUEUE failed to remove %s - %s", path, err)
+            return False
+    return True

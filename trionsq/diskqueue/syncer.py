@@ -3,9 +3,18 @@
 A queue asks for a sync after --sync-every reads and writes, when it rolls to a new segment or
 finishes reading one; every --sync-timeout, each queue with any activity since its last sync is
 synced too (go-diskqueue's rules). The syncer gathers the queues due, captures what each must
-persist (`DiskQueue.prepare_sync`, in the event loop) and runs all their fsyncs and metadata
-writes in one worker thread, so many queues cost one thread hand-off and the loop never waits on
-the disk.
+persist (`DiskQueue.prepare_sync`, in the event loop) and runs the round's blocking work in one
+worker thread, so many queues cost one thread hand-off and the loop never waits on the disk.
+
+A round has two steps: first every queue's data is fsynced, then (only if all of that
+succeeded) each queue writes its metadata and deletes what it no longer needs. A message moved
+from one queue to another (topic to channel, a deferred message back to its queue) is thus
+never recorded as gone from the first before the second's copy is durable.
+
+Group commit (--sync-ack): `wait_durable` returns once every write made before it was called
+has been fsynced. Such a round also fsyncs every queue written to since its last sync (not
+only those whose metadata is due), and the publishers that wait meanwhile are all served by the
+next round: one fsync per queue covers every one of them.
 """
 
 from __future__ import annotations
@@ -27,55 +36,105 @@ BlockingRunner = Callable[..., Awaitable[Any]]
 
 class DiskSyncer:
     def __init__(
-        self, sync_timeout: float, run_blocking: BlockingRunner = trio.to_thread.run_sync
+        self,
+        sync_timeout: float,
+        run_blocking: BlockingRunner = trio.to_thread.run_sync,
+        *,
+        sync_ack: bool = False,
     ) -> None:
+        """`sync_ack`: every round fsyncs every queue written to (see the module docstring)."""
         self.sync_timeout = sync_timeout
+        self.sync_ack = sync_ack
         self._run_blocking = run_blocking
         self._queues: set[DiskQueue] = set()
         self._due: set[DiskQueue] = set()
+        self._dirty: set[DiskQueue] = set()
         self._wake = trio.Event()
         # One sync at a time: a job owns the file descriptors it was given until it ends.
         self._lock = trio.Lock()
         #: Completed sync rounds (tests wait on it).
         self.rounds = 0
+        self._started = 0
+        self._wanted = 0  # the highest round a `wait_durable` waits for
+        self._failed_rounds: list[int] = []
+        self._progress = trio.Event()
 
     def add(self, queue: DiskQueue) -> None:
         self._queues.add(queue)
 
     def request(self, queue: DiskQueue) -> None:
+        """`queue`'s metadata is due: sync it soon."""
         self._due.add(queue)
         self._wake.set()
+
+    def mark_dirty(self, queue: DiskQueue) -> None:
+        """`queue` was written to since its last sync (an acknowledgement may wait for it)."""
+        self._dirty.add(queue)
+
+    async def wait_durable(self) -> bool:
+        """Wait until every write made so far is fsynced (group commit); False if the round
+        that should have made them durable failed."""
+        target = self._started + 1
+        self._wanted = max(self._wanted, target)
+        self._wake.set()
+        while self.rounds < target:
+            await self._progress.wait()
+        return target not in self._failed_rounds
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Sync queues as they ask and on every --sync-timeout tick, until cancelled."""
         task_status.started()
         tick = trio.current_time() + self.sync_timeout
         while True:
-            with trio.move_on_at(tick):
-                await self._wake.wait()
+            if self._wanted <= self._started:
+                with trio.move_on_at(tick):
+                    await self._wake.wait()
             self._wake = trio.Event()
             now = trio.current_time()
             if now >= tick:
                 self._due.update(q for q in self._queues if q.unsynced)
                 tick = now + self.sync_timeout
-            if self._due:
+            if self._due or self._wanted > self._started:
                 due, self._due = self._due, set()
                 await self.sync(due)
 
     async def sync(self, queues: set[DiskQueue] | None = None, *, final: bool = False) -> None:
         """Sync `queues` (default: all) now; `final` also closes their files (shutdown)."""
         async with self._lock:
-            chosen = set(self._queues) if queues is None else queues
-            jobs = [(queue, queue.prepare_sync(final)) for queue in chosen]
-            for queue in chosen:
+            self._started += 1
+            round_number = self._started
+            due = set(self._queues) if queues is None else set(queues)
+            # Queues written to whose metadata is not due: their data only (--sync-ack, or a
+            # round someone waits on).
+            data_only = set()
+            if self.sync_ack or self._wanted >= round_number:
+                data_only = {q for q in self._dirty if q not in due and not q.deleted}
+                # Only now: a queue stays marked until a round fsyncs it (it is marked once
+                # per sync, when its first write after one happens).
+                self._dirty.clear()
+            else:
+                self._dirty -= due
+            jobs: list[tuple[DiskQueue, SyncJob]] = [
+                (queue, queue.prepare_sync(final)) for queue in due
+            ]
+            jobs += [(queue, queue.prepare_sync(metadata=False)) for queue in data_only]
+            for queue in due:
                 if queue.deleted or final:
                     self._queues.discard(queue)
-            errors = await self._run_blocking(_run_jobs, [job for _, job in jobs])
+            errors = await self._run_blocking(_run_round, [job for _, job in jobs])
+            failed = False
             for (queue, _), error in zip(jobs, errors, strict=True):
                 if error is not None:
+                    failed = True
                     log.error("DISKQUEUE(%s) failed to sync - %s", queue.name, error)
                     queue.sync_failed()
-            self.rounds += 1
+                else:
+                    queue.sync_succeeded()
+            if failed:
+                self._failed_rounds = [*self._failed_rounds[-63:], round_number]
+            self.rounds = round_number
+            self._progress.set()
+            self._progress = trio.Event()
 
     async def close(self) -> None:
         """Shutdown: the final sync of every queue, then their files are closed."""
@@ -83,13 +142,27 @@ class DiskSyncer:
         await self.sync(final=True)
 
 
-def _run_jobs(jobs: list[SyncJob]) -> list[Exception | None]:
+def _run_round(jobs: list[SyncJob]) -> list[Exception | None]:
+    """Every job's fsync, then, if all of them succeeded, every job's persist step. One
+    queue's failure does not stop the others' fsyncs; it stops every persist step (each queue
+    is marked failed and tries again next round)."""
     errors: list[Exception | None] = []
     for job in jobs:
         try:
-            job()
-        except Exception as err:  # one queue's failure must not stop the others' syncs
+            job.fsync()
+        except Exception as err:
             errors.append(err)
         else:
             errors.append(None)
+    first = next((err for err in errors if err is not None), None)
+    if first is not None:
+        return [
+            err or OSError(f"not persisted: another queue failed to fsync ({first})")
+            for err in errors
+        ]
+    for i, job in enumerate(jobs):
+        try:
+            job.persist()
+        except Exception as err:
+            errors[i] = err
     return errors

@@ -12,9 +12,13 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+import trio
+
 from ..diskqueue import DiskQueue, DiskQueueError
+from ..diskqueue.recovery import Recovered, recover
 from ..protocol.message import MESSAGE_HEADER_SIZE, framed_id
 
 if TYPE_CHECKING:
@@ -36,6 +40,8 @@ class Backend(Protocol):
     owed: dict[bytes, list[int]]
     #: Message ID -> due time (Unix ns) of messages written while deferred (at shutdown).
     deferred_due: dict[bytes, int]
+    #: Message ID -> (due time in Unix ns, frame) of the deferred messages held durably.
+    held_deferred: dict[bytes, tuple[int, bytes]]
 
     def put(self, frame: bytes) -> None:
         """Append one message; raises BackendError on failure."""
@@ -55,6 +61,17 @@ class Backend(Protocol):
 
     def release(self, message_id: bytes) -> None:
         """A message `take` handed out is finished (it need not survive a crash any more)."""
+
+    def hold_deferred(self, entries: list[tuple[bytes, int]]) -> None:
+        """Keep deferred (frame, due time in Unix ns) entries durably until
+        `drop_deferred`; raises BackendError when the disk refuses."""
+
+    def drop_deferred(self, message_ids: list[bytes]) -> None:
+        """Deferred messages left (they came due and were written elsewhere first)."""
+
+    def clear_deferred(self) -> None:
+        """Hold no deferred messages durably any more: shutdown writes them to the queue
+        (the log goes once that is durable)."""
 
     def empty(self) -> None:
         """Drop every message."""
@@ -107,6 +124,16 @@ def restore_deferred(
     return due_now, later
 
 
+def to_wall_ns(due: float) -> int:
+    """A due time on the trio clock as Unix ns (as due times are written to disk)."""
+    return time.time_ns() + int((due - trio.current_time()) * 1e9)
+
+
+def from_wall_ns(due_ns: int) -> float:
+    """A due time written to disk (Unix ns) on the trio clock."""
+    return trio.current_time() + (due_ns - time.time_ns()) / 1e9
+
+
 def save_at_exit(backend: Backend, frames: list[bytes], owner: str) -> None:
     """Shutdown: write the messages held in memory to the backend, and close it. If the disk
     refuses them they are lost, and the log says how many (as Go nsqd's does)."""
@@ -117,20 +144,48 @@ def save_at_exit(backend: Backend, frames: list[bytes], owner: str) -> None:
     backend.close()
 
 
+def recover_queues(nsqd: NSQD, names: list[str]) -> dict[str, Recovered]:
+    """Recover the disk queues named (blocking: start-up runs it in a worker thread)."""
+    options = nsqd.options
+    min_size, max_size = message_size_limits(options.max_msg_size)
+    data_path = options.data_path or os.getcwd()
+    return {
+        name: recover(nsqd.fs, name, data_path, min_msg_size=min_size, max_msg_size=max_size)
+        for name in names
+    }
+
+
+def message_size_limits(max_msg_size: int) -> tuple[int, int]:
+    """The disk queue's record size limits for nsqd's --max-msg-size (a record is a message:
+    its 26-byte header and its body)."""
+    return MESSAGE_HEADER_SIZE, max_msg_size + MESSAGE_HEADER_SIZE
+
+
 class DiskBackend(DiskQueue):
     """A durable topic's or channel's disk queue, with nsqd's limits and health reporting."""
 
-    def __init__(self, nsqd: NSQD, name: str, *, track_consumption: bool) -> None:
+    def __init__(
+        self,
+        nsqd: NSQD,
+        name: str,
+        *,
+        track_consumption: bool,
+        recovered: Recovered | None = None,
+    ) -> None:
         options = nsqd.options
+        min_size, max_size = message_size_limits(options.max_msg_size)
         super().__init__(
             name,
             options.data_path or os.getcwd(),
             max_bytes_per_file=options.max_bytes_per_file,
-            min_msg_size=MESSAGE_HEADER_SIZE,
-            max_msg_size=options.max_msg_size + MESSAGE_HEADER_SIZE,
+            min_msg_size=min_size,
+            max_msg_size=max_size,
             sync_every=options.sync_every,
             syncer=nsqd.disk_syncer,
             track_consumption=track_consumption,
+            fs=nsqd.fs,
+            recovered=recovered,
+            delay_deferred_drops=options.sync_ack,
         )
         self._nsqd = nsqd
 
@@ -150,6 +205,12 @@ class DiskBackend(DiskQueue):
         if self._nsqd.health != "OK":
             self._nsqd.health = "OK"
 
+    def hold_deferred(self, entries: Iterable[tuple[bytes, int]]) -> None:
+        try:
+            super().hold_deferred(entries)
+        except (OSError, DiskQueueError) as err:
+            raise self._failed(err) from err
+
     def _failed(self, err: OSError | DiskQueueError) -> BackendError:
         if isinstance(err, DiskQueueError):
             return BackendError(str(err))
@@ -168,6 +229,7 @@ class DiscardBackend:
     depth: ClassVar[int] = 0
     owed: ClassVar[dict[bytes, list[int]]] = {}
     deferred_due: ClassVar[dict[bytes, int]] = {}
+    held_deferred: ClassVar[dict[bytes, tuple[int, bytes]]] = {}
 
     def put(self, frame: bytes) -> None:
         pass
@@ -185,6 +247,15 @@ class DiscardBackend:
         return [], 0
 
     def release(self, message_id: bytes) -> None:
+        pass
+
+    def hold_deferred(self, entries: list[tuple[bytes, int]]) -> None:
+        raise BackendError("ephemeral: nothing is kept on disk")
+
+    def drop_deferred(self, message_ids: list[bytes]) -> None:
+        pass
+
+    def clear_deferred(self) -> None:
         pass
 
     def empty(self) -> None:

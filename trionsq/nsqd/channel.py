@@ -7,6 +7,10 @@ synchronously in whichever task made messages or room available. In-flight messa
 by each client (client_v2.py); when a client goes away its in-flight table stays with the
 channel as an orphan until those messages finish, time out, or are requeued (NSQ does not
 requeue at disconnect).
+
+A durable channel (--mem-queue-size=0, or --sync-ack) keeps its deferred messages in its disk
+queue's deferred log as well as in memory: a REQ with a delay, or a DPUB reaching the channel,
+is on disk before it counts as done, and a crash brings it back at its due time.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -25,9 +28,11 @@ from ..protocol.message import framed_id, with_attempts
 from .backend import (
     Backend,
     BackendError,
+    from_wall_ns,
     queue_with_overflow,
     restore_deferred,
     save_at_exit,
+    to_wall_ns,
 )
 from .client_v2 import ClientV2, InFlight
 from .e2e_latency import E2ELatency
@@ -51,6 +56,7 @@ class Channel:
         "backend",
         "clients",
         "deferred",
+        "durable",
         "e2e",
         "ephemeral",
         "exiting",
@@ -72,7 +78,9 @@ class Channel:
         self.name = name
         self.ephemeral = ephemeral
         self.backend = backend
-        self.mem_limit = self.nsqd.options.mem_queue_size
+        self.mem_limit = self.nsqd.mem_limit(ephemeral)
+        #: Every message on disk before it counts as accepted (deferred ones included).
+        self.durable = self.mem_limit == 0 and not ephemeral
         self.memory: deque[bytes] = deque()
         self.clients: list[ClientV2] = []
         self.orphans: list[dict[bytes, InFlight]] = []
@@ -85,6 +93,9 @@ class Channel:
         self.timeout_count = 0
         # None unless --e2e-processing-latency-percentile is set: FIN then only tests for None.
         self.e2e: E2ELatency | None = e2e_latency_for_options(self.nsqd.options)
+        # Deferred messages the deferred log kept across a restart or crash.
+        for due_ns, frame in backend.held_deferred.values():
+            self._push_deferred(frame, from_wall_ns(due_ns))
 
     # -- queueing -------------------------------------------------------------------------
 
@@ -132,10 +143,43 @@ class Channel:
         except BackendError:
             self.memory.extend(frames_from_records(pieces))
 
-    def defer(self, frame: bytes, delay: float) -> None:
-        due = trio.current_time() + delay
+    def defer(self, frame: bytes, delay: float) -> bool:
+        """Hold a message for `delay` seconds (REQ with a delay); see `defer_many`."""
+        return self.defer_many([(frame, trio.current_time() + delay)])
+
+    def defer_many(self, entries: list[tuple[bytes, float]]) -> bool:
+        """Hold messages until their due times (trio clock). A durable channel writes them to
+        its deferred log first. True if no other copy need be kept for a crash: they are in
+        the log (or the channel is ephemeral, and nothing of it survives one). If the disk
+        refuses, they are held in memory only: an accepted message is never dropped."""
+        in_log = self.ephemeral
+        if self.durable:
+            try:
+                self.backend.hold_deferred([(frame, to_wall_ns(due)) for frame, due in entries])
+                in_log = True
+            except BackendError:
+                pass
+        for frame, due in entries:
+            self._push_deferred(frame, due)
+        return in_log
+
+    def _push_deferred(self, frame: bytes, due: float) -> None:
         heapq.heappush(self.deferred, (due, next(_deferred_seq), frame))
         self.nsqd.scan_notify(due)
+
+    def _requeue_due(self, frames: list[bytes]) -> None:
+        """Deferred messages came due: back into the queue. A durable channel's go to its disk
+        queue before they leave the deferred log."""
+        if not self.durable:
+            for frame in frames:
+                self.put(frame)
+            return
+        try:
+            self.backend.put_many(frames)
+        except BackendError:
+            self.memory.extend(frames)  # still in the deferred log: a crash keeps them
+            return
+        self.backend.drop_deferred([framed_id(frame) for frame in frames])
 
     def _take(self, count: int) -> list[bytes]:
         memory = self.memory
@@ -157,8 +201,12 @@ class Channel:
         """Defer again the messages that were deferred when nsqd last stopped; return the
         others."""
         due_now, later = restore_deferred(self.backend, frames)
-        for frame, delay in later:
-            self.defer(frame, delay)
+        if later:
+            now = trio.current_time()
+            entries = [(frame, now + delay) for frame, delay in later]
+            if self.defer_many(entries) and self.backend.owed:
+                for frame, _ in later:
+                    self.backend.release(framed_id(frame))
         return due_now
 
     # -- delivery -------------------------------------------------------------------------
@@ -229,7 +277,9 @@ class Channel:
         self.requeue_count += 1
         frame = _delivered(entry[0])
         if delay > 0:
-            self.defer(frame, delay)
+            if self.defer(frame, delay) and self.backend.owed:
+                # The deferred log's copy stands for the one in the queue from now on.
+                self.backend.release(message_id)
         else:
             self.put(frame)
             self.dispatch()
@@ -262,8 +312,11 @@ class Channel:
                 requeued |= self._expire(table, None, now)
             self.orphans = [t for t in self.orphans if t]
         deferred = self.deferred
-        while deferred and deferred[0][0] <= now:
-            self.put(heapq.heappop(deferred)[2])
+        if deferred and deferred[0][0] <= now:
+            due: list[bytes] = []
+            while deferred and deferred[0][0] <= now:
+                due.append(heapq.heappop(deferred)[2])
+            self._requeue_due(due)
             requeued = True
         if requeued:
             self.dispatch()
@@ -353,11 +406,13 @@ class Channel:
         for table in self.orphans:
             frames += [_delivered(e[0]) for e in table.values()]
         self.orphans.clear()
-        wall_offset = time.time_ns() - int(trio.current_time() * 1e9)
+        # Deferred messages go to the queue as Go writes them, their due times beside it
+        # (the deferred log, if any, is removed once they are durable there).
         for due, _, frame in self.deferred:
-            self.backend.deferred_due[framed_id(frame)] = wall_offset + int(due * 1e9)
+            self.backend.deferred_due[framed_id(frame)] = to_wall_ns(due)
             frames.append(frame)
         self.deferred.clear()
+        self.backend.clear_deferred()
         save_at_exit(self.backend, frames, f"CHANNEL({self.name})")
 
     def delete(self) -> None:

@@ -56,6 +56,7 @@ class ClientV2:
         "deflate",
         "finish_count",
         "heartbeat_interval",
+        "holding",
         "hostname",
         "id",
         "identified",
@@ -79,6 +80,7 @@ class ClientV2:
         "state",
         "stream",
         "tls",
+        "unsynced_publish",
         "user_agent",
         "wake",
     )
@@ -108,6 +110,10 @@ class ClientV2:
         self.irregular: set[bytes] = set()
         self.out = bytearray()
         self.sending = False
+        # --sync-ack: this read batch published, and its answers wait for the fsync
+        # (`holding`: nothing is sent meanwhile, so that no OK leaves before its fsync).
+        self.unsynced_publish = False
+        self.holding = False
         self.send_done = trio.lowlevel.ParkingLot()
         self.wake = Wakeup()
         self.message_count = 0
@@ -188,11 +194,11 @@ class ClientV2:
     async def flush(self) -> None:
         """Send everything buffered. Only one task sends at a time; a caller that finds a
         send under way leaves its bytes to that sender, which loops until the buffer is empty."""
-        if self.sending or not self.out:
+        if self.sending or self.holding or not self.out:
             return
         self.sending = True
         try:
-            while self.out:
+            while self.out and not self.holding:
                 data = self.out
                 self.out = bytearray()
                 await self.stream.send_all(data)

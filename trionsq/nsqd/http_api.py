@@ -169,7 +169,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
             if delay_ms is None or not 0 <= delay_ms <= opts.max_req_timeout * 1000:
                 raise HTTPError(400, "INVALID_DEFER")
             delay = delay_ms / 1000
-        _put(topic, [body], delay)
+        await _put(nsqd, topic, [body], delay)
         return "OK"
 
     @route("/mpub", ["POST"])
@@ -191,7 +191,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
             bodies = _binary_messages(body, opts.max_msg_size, opts.max_body_size)
         else:
             bodies = _text_messages(body, opts.max_msg_size)
-        _put(topic, bodies, 0.0)
+        await _put(nsqd, topic, bodies, 0.0)
         return "OK"
 
     @route("/stats", ["GET"])
@@ -296,12 +296,15 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
     return app
 
 
-def _put(topic: Topic, bodies: list[bytes], delay: float) -> None:
+async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> None:
+    """Accept the messages; with --sync-ack, answer once they are fsynced."""
     try:
         topic.put_bodies(bodies, delay)
     except (TopicExiting, BackendError):
         # Go nsqd answers every failed put so, a disk failure included.
         raise HTTPError(503, "EXITING") from None
+    if nsqd.options.sync_ack and not await nsqd.wait_durable():
+        raise HTTPError(503, "EXITING")
 
 
 def _text_messages(body: bytes, max_msg_size: int) -> list[bytes]:

@@ -7,6 +7,7 @@ unpaused, in a worker thread; HTTP handlers that Go persists synchronously await
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -18,8 +19,9 @@ import trio
 
 from .. import NSQ_VERSION
 from ..diskqueue.files import write_file_atomically
+from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.syncer import BlockingRunner
-from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from ..protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -50,12 +52,11 @@ def metadata_path(data_path: str) -> str:
     return os.path.join(data_path, FILE_NAME)
 
 
-def load(path: str) -> list[TopicMetadata]:
+def load(fs: FileSystem, path: str) -> list[TopicMetadata]:
     """The topics in `path` (none if it does not exist); invalid names are skipped with a
     warning, as Go nsqd does."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = fs.read_file(path)
     except FileNotFoundError:
         return []
     except OSError as err:
@@ -76,6 +77,18 @@ def load(path: str) -> list[TopicMetadata]:
         topic.channels = [c for c in topic.channels if is_valid_channel_name(c.name)]
         valid.append(topic)
     return valid
+
+
+def queue_names(topics: list[TopicMetadata]) -> list[str]:
+    """The disk queue names of the topics and channels (``topic``, ``topic:channel``) that
+    have one: the ephemeral ones never touch disk."""
+    names = []
+    for topic in topics:
+        if is_ephemeral(topic.name):
+            continue
+        names.append(topic.name)
+        names += [f"{topic.name}:{c.name}" for c in topic.channels if not is_ephemeral(c.name)]
+    return names
 
 
 def _topic(raw: dict[str, Any]) -> TopicMetadata:
@@ -128,8 +141,11 @@ class MetadataWriter:
         path: str,
         describe: Callable[[], list[TopicMetadata]],
         run_blocking: BlockingRunner = trio.to_thread.run_sync,
+        *,
+        fs: FileSystem = LOCAL,
     ) -> None:
         self.path = path
+        self._fs = fs
         self._run_blocking = run_blocking
         self._describe = describe
         self._wanted = 0
@@ -139,6 +155,11 @@ class MetadataWriter:
         self._lock = trio.Lock()
         #: The last write's failure, if it failed.
         self.error: OSError | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A rewrite was asked for that has not been written yet."""
+        return self._written < self._wanted
 
     def request(self) -> None:
         """The topology changed: rewrite the file soon."""
@@ -168,7 +189,11 @@ class MetadataWriter:
             data = encode(self._describe())
             log.info("NSQ: persisting topic/channel metadata to %s", self.path)
             try:
-                await self._run_blocking(write_file_atomically, self.path, data)
+                await self._run_blocking(
+                    functools.partial(
+                        write_file_atomically, self._fs, self.path, data, sync_dir=True
+                    )
+                )
             except OSError as err:
                 log.error("failed to persist metadata - %s", err)
                 self.error = err

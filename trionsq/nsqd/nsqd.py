@@ -9,18 +9,19 @@ NSQD.run()  root nursery
  ├─ one lookup peer per nsqlookupd (REGISTER/UNREGISTER, PING)
  ├─ disk syncer (fsync and disk-queue metadata, in a worker thread)
  ├─ nsqd.dat writer
+ ├─ memory trimmer (after connections close: gc and malloc_trim, see memory_trim.py)
  └─ statsd loop (with --statsd-address)
 ```
-At start, nsqd.dat's topics and channels are created (their disk queues reopen), then nsqd
-serves. Shutdown is one ordered path (`request_exit`): stop accepting and close every
-connection (their in-flight messages stay with their channels), then close every topic, which
-writes each channel's queued, in-flight and deferred messages to its disk queue, then the final
-sync of every disk queue and nsqd.dat, then stop the pumps.
+At start, nsqd.dat's topics and channels are created, their disk queues recovered first in a
+worker thread (a corrupt or huge queue never stalls the event loop), then nsqd serves.
+Shutdown is one ordered path (`request_exit`): stop accepting and close every connection
+(their in-flight messages stay with their channels), then close every topic, which writes each
+channel's queued, in-flight and deferred messages to its disk queue, then the final sync of
+every disk queue and nsqd.dat, then stop the pumps.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import logging
 import math
@@ -36,16 +37,19 @@ import trio
 from .. import NSQ_VERSION
 from ..daemon import StartupError
 from ..diskqueue import DiskSyncer
+from ..diskqueue.fs import LOCAL, FileSystem
+from ..diskqueue.recovery import Recovered
 from ..diskqueue.syncer import BlockingRunner
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
 from ..version import build_description
 from . import metadata
 from .addresses import split_host_port
-from .backend import Backend, DiscardBackend, DiskBackend
+from .backend import Backend, DiscardBackend, DiskBackend, recover_queues
 from .client_v2 import ClientV2
 from .http_api import serve_http
 from .lookup import LookupPeers, register, unregister
+from .memory_trim import MemoryTrimmer
 from .options import NSQDOptions
 from .protocol_v2 import handle_connection
 from .stats import snapshot
@@ -59,11 +63,16 @@ log = logging.getLogger("trionsq.nsqd")
 
 class NSQD:
     def __init__(
-        self, options: NSQDOptions, run_blocking: BlockingRunner = trio.to_thread.run_sync
+        self,
+        options: NSQDOptions,
+        run_blocking: BlockingRunner = trio.to_thread.run_sync,
+        fs: FileSystem = LOCAL,
     ) -> None:
-        """`run_blocking` runs disk syncs and nsqd.dat writes (a worker thread; tests on a
-        MockClock pass an inline runner, so the clock does not jump while a thread works)."""
+        """`run_blocking` runs disk syncs, queue recovery and nsqd.dat writes (a worker thread;
+        tests on a MockClock pass an inline runner, so the clock does not jump while a thread
+        works). `fs`: the file system under the data path (tests simulate a disk)."""
         self.options = options
+        self.fs = fs
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, ClientV2] = {}
         self.producers: dict[int, ClientV2] = {}
@@ -101,14 +110,19 @@ class NSQD:
         self._scan_wake = Wakeup()
         self._scan_target = math.inf
         self._lock_fd: int | None = None
-        self.disk_syncer = DiskSyncer(options.sync_timeout, run_blocking)
+        self._run_blocking = run_blocking
+        self.disk_syncer = DiskSyncer(options.sync_timeout, run_blocking, sync_ack=options.sync_ack)
         self.metadata = metadata.MetadataWriter(
             metadata.metadata_path(options.data_path or os.getcwd()),
             lambda: metadata.current(self),
             run_blocking,
+            fs=fs,
         )
+        # What start-up recovery found for the queues of nsqd.dat, until they are opened.
+        self._recovered: dict[str, Recovered] = {}
         self._loading = False
         self.lookup = LookupPeers(self)
+        self.memory_trimmer = MemoryTrimmer(run_blocking)
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -117,7 +131,23 @@ class NSQD:
         channel's tracks consumption, so a crash redelivers its in-flight messages."""
         if ephemeral:
             return DiscardBackend()
-        return DiskBackend(self, name, track_consumption=channel)
+        recovered = self._recovered.pop(name, None)
+        return DiskBackend(self, name, track_consumption=channel, recovered=recovered)
+
+    def mem_limit(self, ephemeral: bool) -> int:
+        """Messages a topic or channel keeps in memory: --mem-queue-size, or none with
+        --sync-ack (every durable message goes through the disk)."""
+        if self.options.sync_ack and not ephemeral:
+            return 0
+        return self.options.mem_queue_size
+
+    async def wait_durable(self) -> bool:
+        """--sync-ack: wait until every message accepted so far is fsynced, and nsqd.dat
+        names its topic and channels; False if the disk failed to make it so."""
+        ok = await self.disk_syncer.wait_durable()
+        if self.metadata.pending:
+            ok = await self.metadata.flush() and ok
+        return ok
 
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
@@ -239,10 +269,15 @@ class NSQD:
         self._build_tls_context()
         self._lock_data_path()
         try:
-            saved_topics = metadata.load(self.metadata.path)
+            saved_topics = metadata.load(self.fs, self.metadata.path)
         except metadata.MetadataError as err:
             self._unlock_data_path()
             raise StartupError(f"failed to load metadata - {err}") from err
+        if self.options.sync_ack:
+            log.info("NSQ: --sync-ack: publishes are answered once fsynced")
+        self._recovered = await self._run_blocking(
+            recover_queues, self, metadata.queue_names(saved_topics)
+        )
         try:
             listeners = await self._open_tcp_listeners()
         except OSError as err:
@@ -259,6 +294,7 @@ class NSQD:
                 self._load_metadata(saved_topics)
                 await self.metadata.write()
                 await root.start(self.metadata.run, name="metadata-writer")
+                await root.start(self.memory_trimmer.run, name="memory-trimmer")
                 async with trio.open_nursery() as clients:
                     self._clients_nursery = clients
                     clients.start_soon(
@@ -383,21 +419,17 @@ class NSQD:
     def _lock_data_path(self) -> None:
         path = self.options.data_path or os.getcwd()
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as err:
-            raise StartupError(f"failed to open data-path {path} - {err.strerror}") from err
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            os.close(fd)
+            self._lock_fd = self.fs.lock_dir(path)
+        except BlockingIOError as err:
             raise StartupError(
                 f"failed to lock data-path {path} - another nsqd may be using it"
             ) from err
-        self._lock_fd = fd
+        except OSError as err:
+            raise StartupError(f"failed to open data-path {path} - {err.strerror}") from err
 
     def _unlock_data_path(self) -> None:
         if self._lock_fd is not None:
-            os.close(self._lock_fd)
+            self.fs.unlock_dir(self._lock_fd)
             self._lock_fd = None
 
 

@@ -98,6 +98,8 @@ class NSQDOptions:
     max_bytes_per_file: int = 100 * 1024 * 1024
     sync_every: int = 2500
     sync_timeout: float = 2.0
+    # beyond NSQ: acknowledge publishes once fsynced (every message goes through the disk)
+    sync_ack: bool = False
 
     queue_scan_interval: float = 0.1  # no flag
     queue_scan_refresh_interval: float = 5.0  # no flag
@@ -327,6 +329,15 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
     ),
     ("sync-every", INT, None, "number of messages per diskqueue fsync", {}),
     ("sync-timeout", DURATION, None, "duration of time per diskqueue fsync", {}),
+    (
+        "sync-ack",
+        BOOL,
+        None,
+        "[trionsq] answer PUB/MPUB/DPUB (TCP and HTTP) only once their messages are fsynced, "
+        "so that a power loss loses no acknowledged message; every message goes through the "
+        "disk, as with --mem-queue-size=0 (one fsync covers every publisher waiting)",
+        {},
+    ),
     (
         "queue-scan-worker-pool-max",
         INT,

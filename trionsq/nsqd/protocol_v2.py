@@ -3,7 +3,8 @@ semantics and errors as nsqd has them (reference §1.3).
 
 Each connection runs in its own nursery: the command loop (read, parse, execute, respond) and
 the client's message pump. Commands execute synchronously; the responses of a whole read batch
-are sent with one write.
+are sent with one write. With --sync-ack, a batch that published waits for the disk syncer's
+next round (group commit) before anything of it is sent.
 """
 
 from __future__ import annotations
@@ -91,13 +92,15 @@ async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Str
     finally:
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(stream)
+        nsqd.memory_trimmer.connection_closed()
 
 
 async def _serve(nsqd: NSQD, stream: trio.abc.Stream, remote: str) -> None:
     magic = b""
     with trio.move_on_after(nsqd.options.client_timeout):
         while len(magic) < 4:
-            chunk = await stream.receive_some(READ_SIZE)
+            # Only the magic: a whole first read kept here would stay for the connection's life.
+            chunk = await stream.receive_some(4 - len(magic))
             if not chunk:
                 return
             magic += chunk
@@ -151,6 +154,7 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
         while True:
             if data:
                 parser.feed(data)
+                data = b""  # the parser keeps what it needs: hold no read while waiting
                 fatal = False
                 upgrade: IdentifyResult | None = None
                 while True:
@@ -194,6 +198,8 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                         # The rest of this read is dropped, as Go's bufio reader is replaced.
                         upgrade = granted.result
                         break
+                if client.unsynced_publish and not await _wait_durable(nsqd, client):
+                    return
                 if fatal:
                     await _close_after_error(client)
                     return
@@ -230,6 +236,25 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
             client.remote_address,
         )
         await _answer_cut_short(client, parser)
+
+
+async def _wait_durable(nsqd: NSQD, client: ClientV2) -> bool:
+    """--sync-ack: hold the batch's answers until what it published is fsynced. If the disk
+    fails to, the answers are dropped, a fatal E_PUB_FAILED is sent instead and the connection
+    closes (the publisher sees no OK, and publishes again)."""
+    client.unsynced_publish = False
+    client.holding = True
+    try:
+        durable = await nsqd.wait_durable()
+    finally:
+        client.holding = False
+    if durable:
+        return True
+    err = ProtocolError(E.E_PUB_FAILED, "PUB failed to make the message durable (fsync failed)")
+    log.error("[%s] - %s", client.remote_address, err)
+    client.out = bytearray(encode_error(err.body))
+    await _close_after_error(client)
+    return False
 
 
 async def _close_after_error(client: ClientV2) -> None:
@@ -681,6 +706,8 @@ def _publish(
         nsqd.producers[client.id] = client
     counts[topic_name] = counts.get(topic_name, 0) + len(bodies)
     client.out += OK_FRAME
+    if nsqd.options.sync_ack:
+        client.unsynced_publish = True
 
 
 def _pub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:

@@ -5,6 +5,11 @@ a fresh ID and is queued in memory (up to --mem-queue-size) or in the backend. T
 woken once per put batch, copies queued messages to every channel, then lets each channel
 dispatch to its subscribers. With no channel (or while paused) messages wait in the topic and
 go to the first channel created.
+
+DPUB messages wait in `deferred` until the pump hands them to the channels, which hold them
+until their due time. A durable topic (--mem-queue-size=0, or --sync-ack) writes them to its
+disk queue's deferred log before DPUB is answered, and lets them go from there only once every
+channel holds them on disk.
 """
 
 from __future__ import annotations
@@ -15,11 +20,20 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+import trio
+
 from ..protocol.frames import FRAME_TYPE_MESSAGE
 from ..protocol.guid import GUIDFactory
 from ..protocol.message import framed_id
 from ..protocol.names import is_ephemeral
-from .backend import Backend, queue_with_overflow, restore_deferred, save_at_exit
+from .backend import (
+    Backend,
+    from_wall_ns,
+    queue_with_overflow,
+    restore_deferred,
+    save_at_exit,
+    to_wall_ns,
+)
 from .channel import Channel
 from .lookup import register, unregister
 from .wakeup import Wakeup
@@ -43,6 +57,7 @@ class Topic:
         "backend",
         "channels",
         "deferred",
+        "durable",
         "ephemeral",
         "exiting",
         "guid",
@@ -63,10 +78,14 @@ class Topic:
         self.ephemeral = is_ephemeral(name)
         self.backend = backend
         self.guid = GUIDFactory(nsqd.options.node_id)
-        self.mem_limit = nsqd.options.mem_queue_size
+        self.mem_limit = nsqd.mem_limit(self.ephemeral)
+        self.durable = self.mem_limit == 0 and not self.ephemeral
         self.memory: deque[bytes] = deque()
-        # DPUB messages not yet copied to channels: (frame, defer seconds).
-        self.deferred: list[tuple[bytes, float]] = []
+        # DPUB messages not yet copied to channels: (frame, due time on the trio clock), the
+        # ones the deferred log kept across a restart first.
+        self.deferred: list[tuple[bytes, float]] = [
+            (frame, from_wall_ns(due_ns)) for due_ns, frame in backend.held_deferred.values()
+        ]
         self.channels: dict[str, Channel] = {}
         self.paused = False
         # False while nsqd asks the lookupds which channels to create first (reference §2.1).
@@ -93,7 +112,10 @@ class Topic:
             for message_id, body in zip(ids, bodies, strict=True)
         ]
         if defer > 0:
-            self.deferred.extend((frame, defer) for frame in frames)
+            due = trio.current_time() + defer
+            if self.durable:
+                self.backend.hold_deferred([(frame, to_wall_ns(due)) for frame in frames])
+            self.deferred.extend((frame, due) for frame in frames)
         else:
             queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)  # may raise
         self.message_count += len(frames)
@@ -119,15 +141,11 @@ class Topic:
             return False
         channels = list(self.channels.values())
         if self.deferred:
-            deferred, self.deferred = self.deferred, []
-            for channel in channels:
-                for frame, delay in deferred:
-                    channel.message_count += 1
-                    channel.defer(frame, delay)
+            self._move_deferred(channels)
         memory = self.memory
         backend = self.backend
         batch = PUMP_BATCH
-        if not memory and backend.depth and not backend.deferred_due:
+        if not memory and backend.depth and not backend.deferred_due and not backend.held_deferred:
             room = min(channel.memory_room for channel in channels)
             if room <= 0 and all(channel.takes_records for channel in channels):
                 # Disk to disk: move the records without decoding them.
@@ -159,14 +177,27 @@ class Topic:
                 channel.dispatch()
         return bool(memory) or self.backend.depth > 0
 
+    def _move_deferred(self, channels: list[Channel]) -> None:
+        """Hand the DPUB messages to every channel; they leave the topic's deferred log once
+        every channel holds them on disk."""
+        deferred, self.deferred = self.deferred, []
+        everywhere = True
+        for channel in channels:
+            channel.message_count += len(deferred)
+            everywhere &= channel.defer_many(deferred)
+        if self.durable and everywhere:
+            self.backend.drop_deferred([framed_id(frame) for frame, _ in deferred])
+
     def _restore_deferred(self, frames: list[bytes], channels: list[Channel]) -> list[bytes]:
         """DPUB messages saved at shutdown before reaching the channels: defer them in every
         channel until their due time; return the others."""
         due_now, later = restore_deferred(self.backend, frames)
-        for frame, delay in later:
+        if later:
+            now = trio.current_time()
+            entries = [(frame, now + delay) for frame, delay in later]
             for channel in channels:
-                channel.message_count += 1
-                channel.defer(frame, delay)
+                channel.message_count += len(entries)
+                channel.defer_many(entries)
         return due_now
 
     # -- channels -------------------------------------------------------------------------
@@ -225,11 +256,11 @@ class Topic:
         for channel in self.channels.values():
             channel.close()
         frames = list(self.memory) + [frame for frame, _ in self.deferred]
-        now = time.time_ns()
-        for frame, delay in self.deferred:
-            self.backend.deferred_due[framed_id(frame)] = now + int(delay * 1e9)
+        for frame, due in self.deferred:
+            self.backend.deferred_due[framed_id(frame)] = to_wall_ns(due)
         self.memory.clear()
         self.deferred.clear()
+        self.backend.clear_deferred()
         save_at_exit(self.backend, frames, f"TOPIC({self.name})")
 
     def delete(self) -> None:

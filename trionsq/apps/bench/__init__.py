@@ -6,6 +6,8 @@ Modes, as subcommands (``all`` when none is given):
 * ``reader``  delivery throughput: SUB + RDY + FIN from several processes (bench_reader);
 * ``latency`` publish-to-delivery latency percentiles at a fixed publish rate;
 * ``memory``  nsqd's RSS growth per queued message;
+* ``hostile`` nsqd's RSS with slow or abandoned PUB bodies and idle connections open, and
+  after they close (is the memory given back?);
 * ``ceiling`` the bench clients' own limits, against a fake server that does nothing;
 * ``transports`` delivery throughput over plaintext, snappy, deflate and TLS in one run,
   each as a ratio of plaintext (the reader with ``--transport``, one after the other);
@@ -29,7 +31,7 @@ from typing import Any
 from .common import BenchError, cpu_seconds, parse_address, parse_duration
 from .transports import TRANSPORTS, TransportSpec
 
-MODES = ("writer", "reader", "latency", "memory", "ceiling", "transports", "all")
+MODES = ("writer", "reader", "latency", "memory", "hostile", "ceiling", "transports", "all")
 
 #: Go nsqd 1.3 on this 2-core machine, and what trionsq aims for.
 GO_FIGURES = {"publish": 620_000, "deliver": 480_000, "bytes_per_msg": 254, "p99_us": 160}
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="nsqd to measure (default: start a trionsq nsqd on a free port)",
     )
     g.add_argument("--nsqd-http-address", metavar="HOST:PORT", help="its HTTP address (optional)")
-    g.add_argument("--nsqd-pid", type=int, help="pid of that nsqd (memory mode)")
+    g.add_argument("--nsqd-pid", type=int, help="pid of that nsqd (memory and hostile modes)")
     g.add_argument(
         "--nsqd-arg",
         action="append",
@@ -118,6 +120,41 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("writer", "reader", "both"),
         default="both",
         help="ceiling: which client",
+    )
+    h = common.add_argument_group("hostile")
+    h.add_argument(
+        "--conns", type=_count, default=300, help="connections with a partial PUB body (300)"
+    )
+    h.add_argument(
+        "--idle-conns", type=_count, default=2000, help="idle connections, magic only (2000)"
+    )
+    h.add_argument(
+        "--declared-size",
+        type=_positive_int,
+        default=1024 * 1024,
+        help="the PUB body size the connections declare (1048576)",
+    )
+    h.add_argument(
+        "--partial",
+        type=_count,
+        default=None,
+        help="body bytes each connection sends (default: half the declared size)",
+    )
+    h.add_argument(
+        "--piece",
+        type=_count,
+        default=65536,
+        help="send the partial body in pieces of this many bytes, round-robin over the "
+        "connections; 0: each connection sends it at once (65536)",
+    )
+    h.add_argument(
+        "--settle",
+        type=_duration,
+        default=3.0,
+        help="wait after the connections closed before reading RSS (3s)",
+    )
+    h.add_argument(
+        "--reset", action="store_true", help="close the connections with a reset (SO_LINGER 0)"
     )
     t = common.add_argument_group("transports (TLS, snappy, deflate)")
     t.add_argument(
@@ -161,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reader": "delivery throughput (SUB/RDY/FIN)",
         "latency": "publish-to-delivery latency",
         "memory": "nsqd RSS per queued message",
+        "hostile": "nsqd RSS with partial PUB bodies and idle connections, and after close",
         "ceiling": "the bench clients' own limits against a fake server",
         "transports": "delivery throughput over plaintext, snappy, deflate and TLS",
         "all": "writer, reader, latency and memory, with a summary (default)",
@@ -386,6 +424,32 @@ def _run_memory(args: argparse.Namespace, nsqd: _Nsqd, topic: str) -> Any:
     )
 
 
+def _run_hostile(args: argparse.Namespace, nsqd: _Nsqd, results: dict[str, Any]) -> None:
+    from . import hostile
+
+    if nsqd.pid is None:
+        raise BenchError("hostile mode needs --nsqd-pid with --nsqd-tcp-address")
+    pid = nsqd.pid
+    try:
+        phases = hostile.run(
+            nsqd.tcp,
+            pid,
+            args.topic or "hostile_bench",
+            conns=args.conns,
+            declared=args.declared_size,
+            partial=args.partial,
+            piece=args.piece,
+            idle_conns=args.idle_conns,
+            settle=args.settle,
+            reset=args.reset,
+        )
+    except BenchError as exc:
+        raise nsqd.check(exc) from None
+    for phase in phases:
+        results["hostile_idle" if phase.idle else "hostile_partial"] = phase
+        print(phase.line(), flush=True)
+
+
 def _memory_daemon_args(args: argparse.Namespace) -> list[str]:
     if any(a.startswith("--mem-queue-size") for a in args.nsqd_arg):
         return []
@@ -451,7 +515,7 @@ def _jsonable(results: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, r in results.items():
         d = asdict(r)
-        for extra in ("rate", "delta", "per_message"):
+        for extra in ("rate", "delta", "per_message", "ratio"):
             if hasattr(r, extra) and extra not in d:
                 d[extra] = getattr(r, extra)
         out[name] = d
@@ -485,6 +549,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             return results
         if mode == "transports":
             results.update(_run_transports(args, stack))
+            return results
+        if mode == "hostile":
+            nsqd = _Nsqd(args, stack)
+            _run_hostile(args, nsqd, results)
             return results
         if mode == "memory":
             nsqd = _Nsqd(args, stack, _memory_daemon_args(args))
