@@ -8,7 +8,9 @@ What must hold:
 * `buffered` never exceeds the bytes fed (nothing is preallocated from a declared size) and a
   body is never longer than its limit;
 * every command re-encoded with trionsq.protocol.commands' encoders parses back equal (where
-  the command is representable: no parameter ends in ``\\r``).
+  the command is representable: no parameter ends in ``\\r``);
+* a framing parser (given `new_ids`, as nsqd's) yields the same commands, errors and bodies,
+  each PUB, DPUB and MPUB body as message frames with IDs taken in order.
 """
 
 from __future__ import annotations
@@ -28,6 +30,33 @@ _SIZE = struct.Struct(">i")
 
 def _parse(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]:
     return drive_parser(CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY), chunks)
+
+
+def _framed(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]:
+    taken = [0]
+
+    def new_ids(count: int) -> list[bytes]:
+        start = taken[0]
+        taken[0] += count
+        return [b"%016x" % n for n in range(start, start + count)]
+
+    parser = CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY, new_ids=new_ids)
+    return drive_parser(parser, chunks)
+
+
+def _unframed(cmd: Command, next_id: list[int]) -> Command:
+    """A framed command as the plain parser returns it; checks each frame's ID and header."""
+    if cmd.name not in (b"PUB", b"DPUB", b"MPUB"):
+        return cmd
+    assert isinstance(cmd.body, list)
+    bodies = []
+    for frame in cmd.body:
+        size, frame_type, _ts, attempts = struct.unpack_from(">IiqH", frame)
+        check((size, frame_type, attempts) == (len(frame) - 4, 2, 0), "bad frame header")
+        check(frame[18:34] == b"%016x" % next_id[0], "IDs out of order")
+        next_id[0] += 1
+        bodies.append(frame[34:])
+    return cmd._replace(body=bodies if cmd.name == b"MPUB" else bodies[0])
 
 
 def _encode(cmd: Command) -> bytes:
@@ -53,6 +82,10 @@ def test_one_input(data: bytes) -> None:
     commands_whole, error_whole = _parse([whole] if whole else [])
     check(commands == commands_whole, "commands depend on the split")
     check(error == error_whole, f"error depends on the split: {error} vs {error_whole}")
+    framed, framed_error = _framed(chunks)
+    next_id = [0]
+    check([_unframed(f, next_id) for f in framed] == commands, "framing changes the commands")
+    check(framed_error == error, f"framing changes the error: {framed_error} vs {error}")
     for cmd in commands:
         if isinstance(cmd.body, bytes):
             check(len(cmd.body) <= MAX_BODY, "body over the limit")

@@ -58,6 +58,22 @@ async def test_fin_of_timed_out_message_fails_without_closing(nursery, tmp_path,
     assert again.id == message.id and again.attempts == 2
 
 
+async def test_a_run_of_fins_refuses_only_the_unknown_one(nursery, tmp_path, autojump_clock):
+    """FINs arriving together are finished in one pass: one the channel refuses is answered
+    with its error in its place, and the others are finished all the same."""
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    consumer = await Conn.consumer(nsqd, "t", "c", ready=3, msg_timeout=1000)
+    producer = await Conn.open(nsqd)
+    await producer.send(mpub("t", [b"a", b"b", b"c"]))
+    first, second, third = await consumer.messages(3)
+    unknown = b"0123456789abcdef"
+    await consumer.send(fin(first.id) + fin(unknown) + fin(second.id) + nop() + fin(third.id))
+    assert await consumer.error() == b"E_FIN_FAILED FIN " + unknown + b" failed ID not in flight"
+    await consumer.no_frame_for(2.0)  # none of the three times out and comes back
+    client = next(iter(nsqd.clients.values()))
+    assert client.finish_count == 3 and not client.in_flight
+
+
 async def test_req_with_delay_defers_and_zero_requeues_at_once(nursery, tmp_path, autojump_clock):
     nsqd = await start_nsqd(nursery, str(tmp_path))
     consumer = await Conn.consumer(nsqd, "t", "c", ready=1)

@@ -729,3 +729,151 @@ def test_arbitrary_bytes_parse_the_same_whatever_the_chunking(
     chunks = [stream[a:b] for a, b in pairwise(bounds)]
     cmds, exc = run(chunks, max_body_size=1000, max_msg_size=500)
     assert (cmds, err_key(exc)) == (whole[0], err_key(whole[1]))
+
+
+# -- framing: a parser given new_ids returns PUB, DPUB and MPUB bodies as message frames ------
+
+
+class CountingIds:
+    """`new_ids` for the parser: consecutive 16-byte IDs, counting how many were taken."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+
+    def __call__(self, count: int) -> list[bytes]:
+        ids = [b"%016x" % (self.taken + i) for i in range(count)]
+        self.taken += count
+        return ids
+
+
+def _frame_parts(frame: bytes) -> tuple[int, int, int, bytes, bytes]:
+    """(frame size, frame type, attempts, id, body) of a message frame."""
+    frame_size, frame_type, _timestamp, attempts = struct.unpack_from(">IiqH", frame)
+    return frame_size, frame_type, attempts, frame[18:34], frame[34:]
+
+
+FRAMED_STREAM = (
+    body_cmd(b"PUB t", b"one")
+    + body_cmd(b"MPUB t", mpub_body([b"a", b"bb" * 40, b"c", b"dd" * 40]))
+    + body_cmd(b"DPUB t 10", b"late")
+    + b"NOP\n"
+)
+
+
+def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies() -> None:
+    plain, err = run_whole(FRAMED_STREAM)
+    assert err is None
+    framed, err = run_whole(FRAMED_STREAM, new_ids=CountingIds())
+    assert err is None
+    assert [c.name for c in framed] == [c.name for c in plain]
+    bodies = []
+    ids = []
+    for cmd in framed[:3]:
+        assert isinstance(cmd.body, list)
+        for frame in cmd.body:
+            frame_size, frame_type, attempts, message_id, body = _frame_parts(frame)
+            assert (frame_size, frame_type, attempts) == (len(frame) - 4, 2, 0)
+            bodies.append(body)
+            ids.append(message_id)
+    assert bodies == [b"one", b"a", b"bb" * 40, b"c", b"dd" * 40, b"late"]
+    assert ids == [b"%016x" % i for i in range(6)]
+
+
+@pytest.mark.parametrize("split", range(1, len(FRAMED_STREAM)))
+def test_framing_does_not_depend_on_how_the_stream_is_cut(split: int) -> None:
+    whole, err = run_whole(FRAMED_STREAM, new_ids=CountingIds())
+    cut, err_cut = run([FRAMED_STREAM[:split], FRAMED_STREAM[split:]], new_ids=CountingIds())
+    assert err is None and err_cut is None
+    # Equal but for the timestamps (bytes 8-16 of each frame).
+    strip = [
+        [f[:8] + f[16:] for f in c.body] if isinstance(c.body, list) else c.body for c in whole
+    ]
+    assert strip == [
+        [f[:8] + f[16:] for f in c.body] if isinstance(c.body, list) else c.body for c in cut
+    ]
+
+
+def test_framing_takes_ids_a_block_at_a_time() -> None:
+    """A client may declare a million messages and send a few: the parser takes IDs for a
+    block, not for the count declared."""
+    from trionsq.protocol.parser import ID_BLOCK
+
+    ids = CountingIds()
+    declared = 1_000_000
+    partial = body_cmd(b"MPUB t", mpub_body([b"x"] * 3, count=declared))
+    assert run_whole(partial, max_body_size=MAX_BODY, new_ids=ids) == ([], None)
+    assert 0 < ids.taken <= ID_BLOCK
+
+
+def test_framing_keeps_mpub_errors() -> None:
+    data = body_cmd(b"MPUB t", mpub_body([b"ok", b""]))
+    assert err_key(run_whole(data)[1]) == err_key(run_whole(data, new_ids=CountingIds())[1])
+    big = body_cmd(b"MPUB t", mpub_body([b"x" * 11]))
+    assert err_key(run_whole(big, max_msg_size=10)[1]) == err_key(
+        run_whole(big, max_msg_size=10, new_ids=CountingIds())[1]
+    )
+
+
+# -- take_fins: runs of FIN taken in one pass ---------------------------------------------
+
+
+def _drain_taking_fins(chunks: list[bytes]) -> tuple[list[Command], ProtocolError | None]:
+    """As `run`, but taking runs of FIN with `take_fins` first, as nsqd's command loop does;
+    each FIN taken is expanded to the command `next_command` would have returned."""
+    parser = CommandParser()
+    out: list[Command] = []
+    for chunk in chunks:
+        parser.feed(chunk)
+        try:
+            while True:
+                fins = parser.take_fins()
+                if fins:
+                    out += [Command(b"FIN", (i,), None) for i in fins]
+                    continue
+                cmd = parser.next_command()
+                if cmd is None:
+                    break
+                out.append(cmd)
+        except ProtocolError as exc:
+            return out, exc
+    return out, None
+
+
+FIN_LINES = st.sampled_from(
+    [
+        b"FIN 0123456789abcdef\n",
+        b"FIN 0123456789abcde\r\n",  # trailing \r stripped: a 15-byte ID
+        b"FIN 0123456789abcdef\r\n",
+        b"FIN 0123456 89abcdef\n",  # a space splits it
+        b"FIN 0123456789abcdef \n",
+        b"FIN \n",
+        b"FIN 0123\n56789abcdef\n",
+        b"NOP\n",
+        b"RDY 1\n",
+        b"FINISH 0123456789abcd\n",
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(FIN_LINES, max_size=12), st.randoms(use_true_random=False))
+def test_take_fins_is_next_command_for_every_fin_it_takes(
+    lines: list[bytes], rnd: random.Random
+) -> None:
+    data = b"".join(lines)
+    cuts = sorted(rnd.sample(range(1, len(data)), min(3, max(len(data) - 1, 0)))) if data else []
+    chunks = [data[a:b] for a, b in pairwise([0, *cuts, len(data)])]
+    plain_cmds, plain_err = run(chunks)
+    fin_cmds, fin_err = _drain_taking_fins(chunks)
+    assert fin_cmds == plain_cmds
+    assert err_key(fin_err) == err_key(plain_err)
+
+
+def test_take_fins_takes_a_run_and_stops_at_anything_else() -> None:
+    parser = CommandParser()
+    parser.feed(b"FIN 0123456789abcdef\nFIN fedcba9876543210\nNOP\nFIN 0123456789abcdef\n")
+    assert parser.take_fins() == [b"0123456789abcdef", b"fedcba9876543210"]
+    assert parser.take_fins() == []
+    assert parser.next_command() == Command(b"NOP", (), None)
+    assert parser.take_fins() == [b"0123456789abcdef"]
+    assert parser.next_command() is None

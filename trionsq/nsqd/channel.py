@@ -123,6 +123,17 @@ class Channel:
         self.message_count += len(frames)
         queue_with_overflow(self.memory, self.mem_limit, self.backend, frames, spill=True)
 
+    def take_memory(self, topic: Topic) -> None:
+        """Queue every message of the topic's memory queue, which fits in this channel's
+        (counted in message_count); the topic's is left empty."""
+        count = len(topic.memory)
+        self.message_count += count
+        if self.memory:
+            self.memory.extend(topic.memory)
+            topic.memory.clear()
+        else:
+            self.memory, topic.memory = topic.memory, self.memory
+
     @property
     def memory_room(self) -> int:
         """How many more messages the memory queue takes (--mem-queue-size)."""

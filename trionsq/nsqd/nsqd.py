@@ -40,6 +40,7 @@ from ..diskqueue import DiskSyncer
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.recovery import Recovered
 from ..diskqueue.syncer import BlockingRunner
+from ..protocol.guid import GUIDFactory
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
 from ..version import build_description
@@ -73,6 +74,9 @@ class NSQD:
         works). `fs`: the file system under the data path (tests simulate a disk)."""
         self.options = options
         self.fs = fs
+        #: Message IDs for every topic: one generator, so that IDs are unique and increasing
+        #: whichever path (TCP, HTTP) made them (Go has one per topic, equally unique).
+        self.guid = GUIDFactory(options.node_id)
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, ClientV2] = {}
         self.producers: dict[int, ClientV2] = {}

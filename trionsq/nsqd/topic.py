@@ -15,16 +15,13 @@ channel holds them on disk.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections import deque
 from typing import TYPE_CHECKING
 
 import trio
 
-from ..protocol.frames import FRAME_TYPE_MESSAGE
-from ..protocol.guid import GUIDFactory
-from ..protocol.message import framed_id
+from ..protocol.message import FRAMED_BODY_OFFSET, encode_new_frames, framed_id
 from ..protocol.names import is_ephemeral
 from .backend import (
     Backend,
@@ -43,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trionsq.nsqd")
 
-_FRAMED_HEADER = struct.Struct(">IiqH16s")
 #: Messages moved to channels per pump pass before yielding to other tasks.
 PUMP_BATCH = 20_000
 
@@ -60,7 +56,6 @@ class Topic:
         "durable",
         "ephemeral",
         "exiting",
-        "guid",
         "mem_limit",
         "memory",
         "message_bytes",
@@ -77,7 +72,6 @@ class Topic:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.backend = backend
-        self.guid = GUIDFactory(nsqd.options.node_id)
         self.mem_limit = nsqd.mem_limit(self.ephemeral)
         self.durable = self.mem_limit == 0 and not self.ephemeral
         self.memory: deque[bytes] = deque()
@@ -104,13 +98,15 @@ class Topic:
         BackendError when the disk refuses them."""
         if self.exiting:
             raise TopicExiting("exiting")
-        ids = self.guid.next_ids(len(bodies))
-        timestamp = time.time_ns()
-        pack = _FRAMED_HEADER.pack
-        frames = [
-            pack(len(body) + 30, FRAME_TYPE_MESSAGE, timestamp, 0, message_id) + body
-            for message_id, body in zip(ids, bodies, strict=True)
-        ]
+        ids = self.nsqd.guid.next_ids(len(bodies))
+        self.put_frames(encode_new_frames(ids, time.time_ns(), bodies), defer)
+
+    def put_frames(self, frames: list[bytes], defer: float = 0.0) -> None:
+        """Accept newly published messages, already framed with their IDs from nsqd's
+        generator (the TCP parser frames them as it reads them): all or none. Raises
+        TopicExiting, or BackendError when the disk refuses them."""
+        if self.exiting:
+            raise TopicExiting("exiting")
         if defer > 0:
             due = trio.current_time() + defer
             if self.durable:
@@ -119,8 +115,9 @@ class Topic:
         else:
             queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)  # may raise
         self.message_count += len(frames)
-        self.message_bytes += sum(map(len, bodies))
-        self.wake.set()
+        self.message_bytes += sum(map(len, frames)) - FRAMED_BODY_OFFSET * len(frames)
+        if self.channels:  # with none, the pump has nothing to do (a new channel wakes it)
+            self.wake.set()
 
     # -- the pump -------------------------------------------------------------------------
 
@@ -159,6 +156,12 @@ class Topic:
                 # Decode only what the channels' memory queues take; the rest moves
                 # undecoded on the next pass.
                 batch = min(room, PUMP_BATCH)
+        if len(channels) == 1 and memory and len(memory) <= channels[0].memory_room:
+            # One channel whose memory queue takes all of the topic's: hand it over whole
+            # (a deque extend, or a swap when the channel's is empty), not message by message.
+            channels[0].take_memory(self)
+            channels[0].dispatch()
+            return self.backend.depth > 0
         if len(memory) <= batch:
             frames = list(memory)
             memory.clear()

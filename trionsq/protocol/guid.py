@@ -31,7 +31,7 @@ def default_node_id(hostname: str | None = None) -> int:
 class GUIDFactory:
     """Per-topic ID generator."""
 
-    __slots__ = ("_last_id", "_last_ts", "_node_bits", "_sequence")
+    __slots__ = ("_hex", "_hex_ts", "_last_id", "_last_ts", "_node_bits", "_sequence")
 
     def __init__(self, node_id: int) -> None:
         if not 0 <= node_id <= MAX_NODE_ID:
@@ -40,6 +40,9 @@ class GUIDFactory:
         self._sequence = 0
         self._last_ts = -1
         self._last_id = -1
+        # The hex of the tick and node bits of `_hex_ts` (an ID's first 13 digits).
+        self._hex_ts = -1
+        self._hex = b""
 
     def new_guid(self, now_ns: int | None = None) -> int:
         """The next ID as an integer, or GUIDError when none can be made at this instant."""
@@ -81,9 +84,35 @@ class GUIDFactory:
         return guid
 
     def next_ids(self, count: int) -> list[bytes]:
-        """`count` consecutive IDs (one clock read when the sequence has room)."""
-        now = time.time_ns()
+        """`count` consecutive IDs (one clock read when the sequence has room).
+
+        The publish hot path (every PUB and MPUB): when the clock's tick has room for the whole
+        block, the IDs are one arithmetic run, formatted from a table of the sequence's three
+        hex digits (the low 12 bits) after the tick's 13, with no per-ID call or branch."""
+        ts = time.time_ns() >> 20
+        last_ts = self._last_ts
+        if ts > last_ts:
+            first = 0
+        elif ts == last_ts:
+            first = self._sequence + 1
+        else:
+            first = _SEQUENCE_MASK + 1  # the clock went back: the careful path below
+        end = first + count
+        if end <= _SEQUENCE_MASK + 1:
+            tick = ((ts - TWEPOCH) << (NODE_ID_BITS + SEQUENCE_BITS)) | self._node_bits
+            if tick | first > self._last_id:
+                if ts != self._hex_ts:
+                    self._hex_ts = ts
+                    self._hex = b"%013x" % (tick >> SEQUENCE_BITS)
+                self._last_ts = ts
+                self._sequence = end - 1
+                self._last_id = tick | (end - 1)
+                high = self._hex
+                if count == 1:  # PUB: no comprehension to set up
+                    return [high + _SEQUENCE_HEX[first]]
+                return [high + digits for digits in _SEQUENCE_HEX[first:end]]
         out = []
+        now = time.time_ns()
         for _ in range(count):
             try:
                 out.append(b"%016x" % self.new_guid(now))
@@ -91,6 +120,10 @@ class GUIDFactory:
                 out.append(self.next_id())
                 now = time.time_ns()
         return out
+
+
+#: The last three hex digits of an ID are its 12-bit sequence.
+_SEQUENCE_HEX = [b"%03x" % n for n in range(_SEQUENCE_MASK + 1)]
 
 
 def guid_to_hex(guid: int) -> bytes:

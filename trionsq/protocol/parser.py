@@ -14,6 +14,13 @@ MPUB is read as nsqd reads it (reference §1.3, MPUB quirk): the declared body s
 checked against ``max_body_size``; the message count and the messages are then read straight
 from the stream, whatever the declared size says.
 
+Framing (nsqd's publish hot path): a parser given `new_ids` returns PUB, DPUB and MPUB bodies
+already as the daemon stores messages, each a message frame (`message.encode_new_frames`:
+frame header, timestamp, attempts 0, a new ID, body), built in the same pass that reads the
+records: the body is copied once, straight from the read into its frame. `Command.body` is
+then a list of frames for all three. Without it, PUB and DPUB bodies are `bytes` and MPUB's a
+list of them.
+
 Bytes are kept as the immutable `bytes` received (slicing is cheaper than a bytearray here);
 a body still arriving is collected in chunks and joined once, so a large body costs no
 quadratic copying.
@@ -29,6 +36,7 @@ RSS per byte received, measured). Once every command of a read is consumed, the 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable
 
 from .commands import Command
@@ -39,11 +47,16 @@ from .errors import (
     E_INVALID,
     ProtocolError,
 )
+from .frames import FRAME_TYPE_MESSAGE
 from .goquote import go_quote
 from .names import is_valid_topic_name
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
+_pack_frame_head = struct.Struct(">IiqH").pack  # frame size, type, timestamp, attempts
+#: MPUB IDs are taken from `new_ids` this many at a time (never all of a declared count at
+#: once: a client may declare a million messages and send none).
+ID_BLOCK = 512
 # Command is a NamedTuple; building it through tuple.__new__ skips the generated __new__'s
 # argument handling, which is a third of the cost of parsing a FIN.
 _new_command = tuple.__new__
@@ -59,6 +72,7 @@ _UINT64_MASK = (1 << 64) - 1
 _INT64_SIGN = 1 << 63
 
 CheckLine = Callable[[bytes, tuple[bytes, ...]], None]
+NewIds = Callable[[int], list[bytes]]
 
 #: Reads shorter than this, while a body is awaited, are coalesced into one bytearray: each
 #: object kept costs ~50-90 B of header and malloc overhead, under 2 % from this size on.
@@ -126,16 +140,20 @@ class CommandParser:
         "_buf",
         "_chunks",
         "_chunks_len",
+        "_heads",
+        "_ids",
         "_kind",
         "_mpub_bodies",
         "_mpub_left",
         "_need",
         "_pending",
         "_pos",
+        "_timestamp",
         "check_line",
         "max_body_size",
         "max_msg_size",
         "max_req_timeout_ms",
+        "new_ids",
     )
 
     def __init__(
@@ -144,7 +162,9 @@ class CommandParser:
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         check_line: CheckLine | None = None,
         max_req_timeout_ms: int = DEFAULT_MAX_REQ_TIMEOUT_MS,
+        new_ids: NewIds | None = None,
     ) -> None:
+        self.new_ids = new_ids
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         self.max_req_timeout_ms = max_req_timeout_ms
@@ -163,6 +183,11 @@ class CommandParser:
         # MPUB progress: _MPUB_SIZE, _MPUB_COUNT, or the number of messages still to read.
         self._mpub_left = _MPUB_SIZE
         self._mpub_bodies: list[bytes] = []
+        # Framing: IDs taken for the MPUB under way and not used yet, its timestamp, and its
+        # frame headers up to the ID by body size.
+        self._ids: list[bytes] = []
+        self._timestamp = 0
+        self._heads: dict[int, bytes] = {}
 
     def feed(self, data: bytes) -> None:
         """Append received bytes."""
@@ -206,6 +231,32 @@ class CommandParser:
         self._chunks_len = len(rest)
         self._buf = b""
         self._pos = 0
+
+    def take_fins(self) -> list[bytes]:
+        """The IDs of the ``FIN <16-byte ID>`` commands at the head of the input, consumed,
+        for the daemon to finish in one pass ([] when the next command is anything else).
+        FIN is the commonest command (one per message delivered), so a run of them skips the
+        general line parsing. Only lines that parse to exactly that are taken: an ID holding
+        a byte that would end or split the line, or a trailing \r, is left to
+        `next_command`. `check_line` sees the first FIN of the run (its verdict depends on
+        the connection's state, which FIN does not change)."""
+        if self._need or self._pending is not None:
+            return []
+        buf = self._buf
+        pos = self._pos
+        ids: list[bytes] = []
+        append = ids.append
+        while buf.startswith(b"FIN ", pos) and buf[pos + 20 : pos + 21] == b"\n":
+            message_id = buf[pos + 4 : pos + 20]
+            if b" " in message_id or b"\n" in message_id or message_id[15] == 13:
+                break
+            append(message_id)
+            pos += 21
+        if ids:
+            self._pos = pos
+            if self.check_line is not None:
+                self.check_line(b"FIN", (ids[0],))
+        return ids
 
     def next_command(self) -> Command | None:
         """The next complete command, or None until more bytes are fed."""
@@ -259,6 +310,10 @@ class CommandParser:
         body = buf[pos + 4 : pos + 4 + size]
         self._pos = pos + 4 + size
         self._pending = None
+        if self.new_ids is not None and kind != _IDENTIFY and kind != _AUTH:
+            # PUB, DPUB: one message frame.
+            head = _pack_frame_head(size + 30, FRAME_TYPE_MESSAGE, time.time_ns(), 0)
+            return _new_command(Command, (name, params, [head + self.new_ids(1)[0] + body]))
         return _new_command(Command, (name, params, body))
 
     def _pre_body_checks(self, kind: int, params: tuple[bytes, ...]) -> None:
@@ -331,27 +386,56 @@ class CommandParser:
             if left <= 0 or left > (self.max_body_size - 4) // 5:
                 raise ProtocolError(E_BAD_BODY, f"MPUB invalid message count {left}")
             self._pos = pos = pos + 4
+            if self.new_ids is not None:
+                self._timestamp = time.time_ns()
+                self._heads = {}
         bodies = self._mpub_bodies
         append = bodies.append
         max_msg = self.max_msg_size
         need = 0
-        while left:
-            if n - pos < 4:
-                need = 4
-                break
-            (size,) = _unpack_int32(buf, pos)
-            if size <= 0:
-                i = len(bodies)
-                raise ProtocolError(E_BAD_MESSAGE, f"MPUB invalid message({i}) body size {size}")
-            if size > max_msg:
-                raise ProtocolError(E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg}")
-            end = pos + 4 + size
-            if end > n:
-                need = 4 + size
-                break
-            append(buf[pos + 4 : end])
-            pos = end
-            left -= 1
+        if self.new_ids is None:
+            while left:
+                if n - pos < 4:
+                    need = 4
+                    break
+                (size,) = _unpack_int32(buf, pos)
+                if not 0 < size <= max_msg:
+                    _bad_mpub_message(len(bodies), size, max_msg)
+                end = pos + 4 + size
+                if end > n:
+                    need = 4 + size
+                    break
+                append(buf[pos + 4 : end])
+                pos = end
+                left -= 1
+        else:
+            # The same loop, each message framed as it is read (the publish hot path).
+            heads = self._heads
+            timestamp = self._timestamp
+            ids = self._ids
+            while left:
+                if not ids:
+                    ids = self.new_ids(min(left, ID_BLOCK))
+                    ids.reverse()  # taken from the end
+                if n - pos < 4:
+                    need = 4
+                    break
+                (size,) = _unpack_int32(buf, pos)
+                if not 0 < size <= max_msg:
+                    _bad_mpub_message(len(bodies), size, max_msg)
+                end = pos + 4 + size
+                if end > n:
+                    need = 4 + size
+                    break
+                head = heads.get(size)
+                if head is None:
+                    head = heads[size] = _pack_frame_head(
+                        size + 30, FRAME_TYPE_MESSAGE, timestamp, 0
+                    )
+                append(head + ids.pop() + buf[pos + 4 : end])
+                pos = end
+                left -= 1
+            self._ids = ids
         self._pos = pos
         self._mpub_left = left
         if left:  # the loop stopped short of a message: wait for it
@@ -388,3 +472,9 @@ class CommandParser:
         if short_size:
             raise ProtocolError(E_BAD_BODY, f"{cmd} failed to read body size")
         raise ProtocolError(E_BAD_BODY, f"{cmd} failed to read body")
+
+
+def _bad_mpub_message(index: int, size: int, max_msg: int) -> None:
+    if size <= 0:
+        raise ProtocolError(E_BAD_MESSAGE, f"MPUB invalid message({index}) body size {size}")
+    raise ProtocolError(E_BAD_MESSAGE, f"MPUB message too big {size} > {max_msg}")
