@@ -9,7 +9,7 @@ What must hold:
   body is never longer than its limit;
 * every command re-encoded with trionsq.protocol.commands' encoders parses back equal (where
   the command is representable: no parameter ends in ``\\r``);
-* a framing parser (given `new_ids`, as nsqd's) yields the same commands, errors and bodies,
+* a framing parser (given `new_id_runs`, as nsqd's) yields the same commands, errors and bodies,
   each PUB, DPUB and MPUB body as message frames with IDs taken in order.
 """
 
@@ -35,12 +35,16 @@ def _parse(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]:
 def _framed(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]:
     taken = [0]
 
-    def new_ids(count: int) -> list[bytes]:
-        start = taken[0]
+    def new_id_runs(count: int) -> list[tuple[bytes, int, int]]:
+        # Runs of one to three IDs, as when a clock tick's sequence runs out.
+        runs = []
+        for n in range(taken[0], taken[0] + count, 3):
+            length = min(3, taken[0] + count - n)
+            runs.append((b"%013x" % (n >> 12), n & 0xFFF, (n & 0xFFF) + length))
         taken[0] += count
-        return [b"%016x" % n for n in range(start, start + count)]
+        return runs
 
-    parser = CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY, new_ids=new_ids)
+    parser = CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY, new_id_runs=new_id_runs)
     return drive_parser(parser, chunks)
 
 

@@ -731,19 +731,23 @@ def test_arbitrary_bytes_parse_the_same_whatever_the_chunking(
     assert (cmds, err_key(exc)) == (whole[0], err_key(whole[1]))
 
 
-# -- framing: a parser given new_ids returns PUB, DPUB and MPUB bodies as message frames ------
+# -- framing: a parser given new_id_runs returns PUB, DPUB and MPUB bodies as message frames ------
 
 
 class CountingIds:
-    """`new_ids` for the parser: consecutive 16-byte IDs, counting how many were taken."""
+    """`new_id_runs` for the parser: consecutive IDs (0, 1, 2, ... in hex), counting how many
+    were taken, in runs of at most two (as when a clock tick's sequence runs out)."""
 
     def __init__(self) -> None:
         self.taken = 0
 
-    def __call__(self, count: int) -> list[bytes]:
-        ids = [b"%016x" % (self.taken + i) for i in range(count)]
+    def __call__(self, count: int) -> list[tuple[bytes, int, int]]:
+        runs = []
+        for n in range(self.taken, self.taken + count, 2):
+            length = min(2, self.taken + count - n)
+            runs.append((b"%013x" % (n >> 12), n & 0xFFF, (n & 0xFFF) + length))
         self.taken += count
-        return ids
+        return runs
 
 
 def _frame_parts(frame: bytes) -> tuple[int, int, int, bytes, bytes]:
@@ -763,7 +767,7 @@ FRAMED_STREAM = (
 def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies() -> None:
     plain, err = run_whole(FRAMED_STREAM)
     assert err is None
-    framed, err = run_whole(FRAMED_STREAM, new_ids=CountingIds())
+    framed, err = run_whole(FRAMED_STREAM, new_id_runs=CountingIds())
     assert err is None
     assert [c.name for c in framed] == [c.name for c in plain]
     bodies = []
@@ -781,8 +785,8 @@ def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies() -> No
 
 @pytest.mark.parametrize("split", range(1, len(FRAMED_STREAM)))
 def test_framing_does_not_depend_on_how_the_stream_is_cut(split: int) -> None:
-    whole, err = run_whole(FRAMED_STREAM, new_ids=CountingIds())
-    cut, err_cut = run([FRAMED_STREAM[:split], FRAMED_STREAM[split:]], new_ids=CountingIds())
+    whole, err = run_whole(FRAMED_STREAM, new_id_runs=CountingIds())
+    cut, err_cut = run([FRAMED_STREAM[:split], FRAMED_STREAM[split:]], new_id_runs=CountingIds())
     assert err is None and err_cut is None
     # Equal but for the timestamps (bytes 8-16 of each frame).
     strip = [
@@ -801,16 +805,16 @@ def test_framing_takes_ids_a_block_at_a_time() -> None:
     ids = CountingIds()
     declared = 1_000_000
     partial = body_cmd(b"MPUB t", mpub_body([b"x"] * 3, count=declared))
-    assert run_whole(partial, max_body_size=MAX_BODY, new_ids=ids) == ([], None)
+    assert run_whole(partial, max_body_size=MAX_BODY, new_id_runs=ids) == ([], None)
     assert 0 < ids.taken <= ID_BLOCK
 
 
 def test_framing_keeps_mpub_errors() -> None:
     data = body_cmd(b"MPUB t", mpub_body([b"ok", b""]))
-    assert err_key(run_whole(data)[1]) == err_key(run_whole(data, new_ids=CountingIds())[1])
+    assert err_key(run_whole(data)[1]) == err_key(run_whole(data, new_id_runs=CountingIds())[1])
     big = body_cmd(b"MPUB t", mpub_body([b"x" * 11]))
     assert err_key(run_whole(big, max_msg_size=10)[1]) == err_key(
-        run_whole(big, max_msg_size=10, new_ids=CountingIds())[1]
+        run_whole(big, max_msg_size=10, new_id_runs=CountingIds())[1]
     )
 
 

@@ -31,7 +31,6 @@ import bisect
 import errno
 import logging
 import struct
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -60,9 +59,16 @@ _FRAME_TYPE_MESSAGE = 2
 _FRAME_OVERHEAD = 8
 #: Offsets of the message ID in a record (after the length, timestamp and attempts).
 _RECORD_ID = slice(14, 30)
+_ID_IN_PAYLOAD = 10
 _FRAME_ID = slice(18, 34)
 #: Bytes read from a segment at a time.
 READ_CHUNK = 1 << 20
+#: Runs of read records (`DiskQueue._runs`) a tracking queue keeps before it drops those no
+#: owed message needs (then again each time their number doubles).
+_RUNS_KEPT = 1 << 12
+#: Records of one size handed out at once by the read loops (and the fewest worth it).
+_BLOCK = 512
+_BLOCK_MIN = 8
 
 _NOTHING: dict[bytes, Held] = {}
 
@@ -123,10 +129,19 @@ class DiskQueue:
         #: Message ID -> due time (Unix ns) of messages that were deferred at shutdown.
         self.deferred_due: dict[bytes, int] = {}
         self._track = track_consumption
-        # Handed out and not released: [file, position, released] in read order; and
-        #: message ID -> that entry (truthy exactly when something is owed).
-        self._owed_in_order: deque[list[int]] = deque()
-        self.owed: dict[bytes, list[int]] = {}
+        #: Message ID -> sequence number (`_handed`) of the messages handed out and not
+        #: released (truthy exactly when something is owed).
+        self.owed: dict[bytes, int] = {}
+        # Records read by a tracking queue are numbered in read order (a skipped second copy
+        # too): `_handed` is the next number. `_runs` locates them: (first number, file,
+        # position, size) per run of records read one after another, record `first + i` at
+        # `position + i * size` (size 0: a run of one), up to the next run's first number.
+        # The committed position is that of the oldest owed record, found from `owed` only
+        # when a sync asks (`_committed`): a read or a release costs a dict operation.
+        self._handed = 0
+        self._runs: list[tuple[int, int, int, int]] = []
+        self._runs_trim_at = _RUNS_KEPT
+        self._oldest_owed = -1  # the number of the oldest owed record at the last sync
         self._read_file = 0
         self._read_pos = 0
         self._read_end = 0  # size of the read file, once writes moved past it
@@ -361,6 +376,8 @@ class DiskQueue:
         """Hand out up to `max_count` frames, oldest first."""
         out: list[bytes] = []
         self._consume(max_count, lambda want, end: self._read_records(out, want, end))
+        if len(self._runs) > self._runs_trim_at:
+            self._forget_runs(min(self.owed.values()) if self.owed else self._handed)
         return out
 
     def take_records(self, max_count: int) -> tuple[list[bytes], int]:
@@ -414,6 +431,13 @@ class DiskQueue:
             self.depth = 1
         return done
 
+    # The two read loops below are the disk paths' hot loops, shaped by what CPython charges:
+    # a record read one by one costs a dozen bytecode-level steps (its length, bounds,
+    # slices, the frame's header). Where the records that follow all have the first one's
+    # length (one producer's messages often do), `_same_size` confirms it with four strided
+    # slices, and a block of them is then handed out with list comprehensions and C-level
+    # dict and array operations instead (`_take_block`), or just counted (`_read_raw`).
+
     def _read_records(self, out: list[bytes], want: int, end: int) -> int:
         """Decode up to `want` records of the read file (before `end`) into frames appended
         to `out`; returns the records consumed (a skipped copy counts)."""
@@ -423,39 +447,94 @@ class DiskQueue:
         lo, hi = self.min_msg_size, self.max_msg_size
         track = self._track
         held = self._held
+        owed = self.owed
+        runs = self._runs
+        file = self._read_file
         consumed = 0
         try:
             while consumed < want and base + off < end:
-                if off + 4 > len(buf):
-                    buf, view, off, base = self._refill(off, 4, end)
-                length = unpack(buf, off)[0]
-                if length < lo or length > hi:
-                    raise _CorruptRecord(f"invalid message read size ({length})")
-                stop = off + 4 + length
-                if stop > len(buf):
-                    buf, view, off, base = self._refill(off, 4 + length, end)
-                    stop = off + 4 + length
-                consumed += 1
-                if track or held:
-                    message_id = buf[off + _RECORD_ID.start : off + _RECORD_ID.stop]
-                    if (held and message_id in held) or (track and message_id in self.owed):
-                        # A second copy (a crash made the writer repeat it) of a message
-                        # handed out or held deferred: that one stands for both. Kept in the
-                        # order (as released) so that the persisted depth still counts it.
-                        if track:
-                            self._owed_in_order.append([self._read_file, base + off, 1])
-                        off = stop
+                count = 0
+                if off + 4 <= len(buf):
+                    length = unpack(buf, off)[0]
+                    size = 4 + length
+                    count = min((min(len(buf), end - base) - off) // size, want - consumed, _BLOCK)
+                    if (
+                        count >= _BLOCK_MIN
+                        and lo <= length <= hi
+                        and self._take_block(out, buf, off, count, length, base + off)
+                    ):
+                        consumed += count
+                        off += count * size
                         continue
-                    if track:
-                        self._owe(message_id, base + off)
-                out.append(pack(length + 4, _FRAME_TYPE_MESSAGE) + view[off + 4 : stop])
-                off = stop
+                # One by one: the records that were not a block, or the buffer's last ones.
+                limit = min(want, consumed + max(count, _BLOCK_MIN))
+                while consumed < limit and base + off < end:
+                    if off + 4 > len(buf):
+                        buf, view, off, base = self._refill(off, 4, end)
+                    length = unpack(buf, off)[0]
+                    if length < lo or length > hi:
+                        raise _CorruptRecord(f"invalid message read size ({length})")
+                    stop = off + 4 + length
+                    if stop > len(buf):
+                        buf, view, off, base = self._refill(off, 4 + length, end)
+                        stop = off + 4 + length
+                    consumed += 1
+                    if track or held:
+                        message_id = buf[off + _RECORD_ID.start : off + _RECORD_ID.stop]
+                        # A second copy (a crash made the writer repeat it) of a message
+                        # handed out or held deferred is skipped: that one stands for both.
+                        # It keeps its number, so that the persisted depth still counts it.
+                        if track:
+                            seq = self._handed
+                            self._handed = seq + 1
+                            runs.append((seq, file, base + off, 0))
+                            if (held and message_id in held) or owed.setdefault(
+                                message_id, seq
+                            ) != seq:
+                                off = stop
+                                continue
+                        elif message_id in held:
+                            off = stop
+                            continue
+                    out.append(pack(length + 4, _FRAME_TYPE_MESSAGE) + view[off + 4 : stop])
+                    off = stop
         except _CorruptRecord as err:
             err.consumed = consumed
             raise
         finally:
             self._read_done(off, base, consumed)
         return consumed
+
+    def _take_block(
+        self, out: list[bytes], buf: bytes, off: int, count: int, length: int, position: int
+    ) -> bool:
+        """Hand out the `count` records from offset `off` of the buffer (file position
+        `position`) at once, if they all have `length` and none is a second copy of a message
+        owed or held; else False (the caller reads them one by one)."""
+        size = 4 + length
+        if not _same_size(buf, off, count, size):
+            return False
+        starts = range(off + 4, off + count * size, size)  # where their payloads start
+        if self._track or self._held:
+            ids = [buf[p + _ID_IN_PAYLOAD : p + _ID_IN_PAYLOAD + 16] for p in starts]
+            if self._held and not self._held.keys().isdisjoint(ids):
+                return False
+            if self._track:
+                owed = self.owed
+                if not owed.keys().isdisjoint(ids):
+                    return False
+                known = len(owed)
+                first = self._handed
+                owed.update(zip(ids, range(first, first + count), strict=True))
+                if len(owed) != known + count:  # a message twice in the block
+                    for message_id in ids:
+                        owed.pop(message_id, None)
+                    return False
+                self._handed = first + count
+                self._runs.append((first, self._read_file, position, size))
+        header = _FRAME_HEADER.pack(size, _FRAME_TYPE_MESSAGE)
+        out += [header + buf[p : p + length] for p in starts]
+        return True
 
     def _read_raw(self, pieces: list[bytes], want: int, end: int) -> int:
         """Up to `want` whole records of the read file (before `end`), undecoded, appended to
@@ -467,25 +546,40 @@ class DiskQueue:
         consumed = 0
         try:
             while consumed < want and base + off < end:
-                if off + 4 > len(buf):
-                    if off > run_start:
-                        pieces.append(buf[run_start:off])
+                count = 0
+                if off + 4 <= len(buf):
+                    length = unpack(buf, off)[0]
+                    size = 4 + length
+                    count = min((min(len(buf), end - base) - off) // size, want - consumed, _BLOCK)
+                    if (
+                        count >= _BLOCK_MIN
+                        and lo <= length <= hi
+                        and _same_size(buf, off, count, size)
+                    ):
+                        consumed += count
+                        off += count * size
+                        continue
+                limit = min(want, consumed + max(count, _BLOCK_MIN))
+                while consumed < limit and base + off < end:
+                    if off + 4 > len(buf):
+                        if off > run_start:
+                            pieces.append(buf[run_start:off])
+                            run_start = off
+                        buf, _, off, base = self._refill(off, 4, end)
                         run_start = off
-                    buf, _, off, base = self._refill(off, 4, end)
-                    run_start = off
-                length = unpack(buf, off)[0]
-                if length < lo or length > hi:
-                    raise _CorruptRecord(f"invalid message read size ({length})")
-                stop = off + 4 + length
-                if stop > len(buf):
-                    if off > run_start:
-                        pieces.append(buf[run_start:off])
-                        run_start = off
-                    buf, _, off, base = self._refill(off, 4 + length, end)
-                    run_start = off
+                    length = unpack(buf, off)[0]
+                    if length < lo or length > hi:
+                        raise _CorruptRecord(f"invalid message read size ({length})")
                     stop = off + 4 + length
-                off = stop
-                consumed += 1
+                    if stop > len(buf):
+                        if off > run_start:
+                            pieces.append(buf[run_start:off])
+                            run_start = off
+                        buf, _, off, base = self._refill(off, 4 + length, end)
+                        run_start = off
+                        stop = off + 4 + length
+                    off = stop
+                    consumed += 1
         except _CorruptRecord as err:
             err.consumed = consumed
             raise
@@ -519,11 +613,6 @@ class DiskQueue:
         self._rbuf_pos += off
         self._roff = 0
         return buf, view, 0, self._rbuf_pos
-
-    def _owe(self, message_id: bytes, position: int) -> None:
-        entry = [self._read_file, position, 0]
-        self._owed_in_order.append(entry)
-        self.owed[message_id] = entry
 
     def _open_read_file(self) -> bool:
         path = data_file_name(self.data_path, self.name, self._read_file)
@@ -622,26 +711,41 @@ class DiskQueue:
 
     def release(self, message_id: bytes) -> None:
         """A message `take` handed out is done with (finished, or written again)."""
-        entry = self.owed.pop(message_id, None)
-        if entry is not None:
-            entry[2] = 1
-            owed = self._owed_in_order
-            if owed and owed[0][2]:
-                while owed and owed[0][2]:
-                    owed.popleft()
-                # The committed read position moved: the next --sync-timeout tick persists it.
-                self._ops_since_sync = max(self._ops_since_sync, 1)
+        seq = self.owed.pop(message_id, None)
+        if seq == self._oldest_owed and not self._ops_since_sync:
+            # The committed read position moved (nothing was read since the last sync, so the
+            # oldest owed message is still the one that sync found): the next --sync-timeout
+            # tick persists it.
+            self._ops_since_sync = 1
+            if self._syncer is not None:
+                self._syncer.mark_active(self)
 
     @property
     def owed_count(self) -> int:
         """Messages handed out and not yet released (kept on disk for a crash)."""
         return len(self.owed)
 
-    def _committed(self) -> tuple[int, int]:
-        if self._owed_in_order:
-            head = self._owed_in_order[0]
-            return head[0], head[1]
-        return self._read_file, self._read_pos
+    def _committed(self) -> tuple[int, int, int]:
+        """The committed read position (file, position): that of the oldest owed record, else
+        the reader's; and how many records from there on were read (a crash reads them again,
+        so the persisted depth counts them)."""
+        oldest = self._oldest_owed = min(self.owed.values()) if self.owed else self._handed
+        self._forget_runs(oldest)
+        if not self._runs:
+            return self._read_file, self._read_pos, 0
+        first, file, position, size = self._runs[0]
+        return file, position + (oldest - first) * size, self._handed - oldest
+
+    def _forget_runs(self, below: int) -> None:
+        """Drop the runs of records numbered below `below` (none of them owed)."""
+        runs = self._runs
+        if below >= self._handed:
+            runs.clear()
+        else:
+            i = bisect.bisect_right(runs, below, key=lambda run: run[0]) - 1
+            if i > 0:
+                del runs[:i]
+        self._runs_trim_at = max(2 * len(runs), _RUNS_KEPT)
 
     # -- emptying and lifecycle -----------------------------------------------------------
 
@@ -669,8 +773,8 @@ class DiskQueue:
         self._read_file, self._read_pos = self._write_file, 0
         self._reset_read_buffer()
         self.depth = 0
-        self._owed_in_order.clear()
         self.owed.clear()
+        self._forget_runs(self._handed)
         self.deferred_due.clear()
         if self._log is not None:
             self._log.clear()
@@ -696,6 +800,8 @@ class DiskQueue:
     # -- syncing --------------------------------------------------------------------------
 
     def _count_ops(self, count: int) -> None:
+        if not self._ops_since_sync and self._syncer is not None:
+            self._syncer.mark_active(self)  # the first since the last sync: arm the tick
         self._ops_since_sync += count
         if self._ops_since_sync >= self.sync_every:
             self._request_sync()
@@ -768,9 +874,9 @@ class DiskQueue:
         if not metadata and not final:
             return SyncJob(fsync, log_finish)
         self._ops_since_sync = 0
-        committed_file, committed_pos = self._committed()
+        committed_file, committed_pos, read_again = self._committed()
         meta = Metadata(
-            self.depth + len(self._owed_in_order),
+            self.depth + read_again,
             committed_file,
             committed_pos,
             self._write_file,
@@ -854,3 +960,17 @@ def _remove(fs: FileSystem, path: str) -> bool:
             log.error("DISKQUEUE failed to remove %s - %s", path, err)
             return False
     return True
+
+
+def _same_size(buf: bytes, off: int, count: int, size: int) -> bool:
+    """Whether the `count` records from offset `off` of `buf` are all `size` bytes long: their
+    length prefixes all equal the first's, checked one prefix byte at a time across all of
+    them with a strided slice."""
+    last = off + count * size
+    prefix = buf[off : off + 4]
+    return (
+        buf[off + 3 : last : size] == prefix[3:] * count
+        and buf[off + 2 : last : size] == prefix[2:3] * count
+        and buf[off + 1 : last : size] == prefix[1:2] * count
+        and buf[off:last:size] == prefix[:1] * count
+    )

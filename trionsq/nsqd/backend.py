@@ -37,7 +37,7 @@ class Backend(Protocol):
     #: Messages not yet taken.
     depth: int
     #: Message ID -> handed out by `take` and not yet released (for FIN's fast path).
-    owed: dict[bytes, list[int]]
+    owed: dict[bytes, int]
     #: Message ID -> due time (Unix ns) of messages written while deferred (at shutdown).
     deferred_due: dict[bytes, int]
     #: Message ID -> (due time in Unix ns, frame) of the deferred messages held durably.
@@ -227,7 +227,7 @@ class DiscardBackend:
 
     __slots__ = ()
     depth: ClassVar[int] = 0
-    owed: ClassVar[dict[bytes, list[int]]] = {}
+    owed: ClassVar[dict[bytes, int]] = {}
     deferred_due: ClassVar[dict[bytes, int]] = {}
     held_deferred: ClassVar[dict[bytes, tuple[int, bytes]]] = {}
 

@@ -54,6 +54,7 @@ class ChannelError(Exception):
 class Channel:
     __slots__ = (
         "backend",
+        "backlog_skip",
         "clients",
         "deferred",
         "durable",
@@ -67,6 +68,7 @@ class Channel:
         "nsqd",
         "orphans",
         "paused",
+        "refill_below",
         "requeue_count",
         "timeout_count",
         "topic",
@@ -82,6 +84,12 @@ class Channel:
         #: Every message on disk before it counts as accepted (deferred ones included).
         self.durable = self.mem_limit == 0 and not ephemeral
         self.memory: deque[bytes] = deque()
+        #: Records at the head of the topic's disk backlog this channel does not get (it was
+        #: created or emptied after they were written: `Topic.owed_backlog`).
+        self.backlog_skip = 0
+        #: While the topic paces its disk backlog by this channel's consumption: the queue
+        #: length below which `_take` wakes the topic's pump (0: not paced).
+        self.refill_below = 0
         self.clients: list[ClientV2] = []
         self.orphans: list[dict[bytes, InFlight]] = []
         # Heap of (due, seq, frame) with the frame's attempts as they are to be delivered.
@@ -194,19 +202,23 @@ class Channel:
 
     def _take(self, count: int) -> list[bytes]:
         memory = self.memory
+        backend = self.backend
         if count >= len(memory):
             frames = list(memory)
             memory.clear()
             while len(frames) < count:
-                taken = self.backend.take(count - len(frames))
+                taken = backend.take(count - len(frames))
                 if not taken:
                     break
-                if self.backend.deferred_due:
+                if backend.deferred_due:
                     taken = self._restore_deferred(taken)
                 frames += taken
-            return frames
-        popleft = memory.popleft
-        return [popleft() for _ in range(count)]
+        else:
+            popleft = memory.popleft
+            frames = [popleft() for _ in range(count)]
+        if self.refill_below and len(memory) + backend.depth < self.refill_below:
+            self.topic.wake.set()  # the topic's pump moves more of its backlog here
+        return frames
 
     def _restore_deferred(self, frames: list[bytes]) -> list[bytes]:
         """Defer again the messages that were deferred when nsqd last stopped; return the
@@ -379,6 +391,8 @@ class Channel:
             self.orphans.append(table)
             client.in_flight.clear()
             client.irregular.clear()
+        if not self.clients and self.topic.backend.depth:
+            self.topic.wake.set()  # its backlog is no longer paced by this channel's reads
         if self.ephemeral and not self.clients and not self.exiting:
             self.topic.delete_channel(self.name)
 
@@ -388,12 +402,12 @@ class Channel:
         """Deliver nothing: subscribers are treated as not ready; in-flight messages go on."""
         self.paused = True
         if not self.ephemeral:
-            self.nsqd.persist_metadata()
+            self.nsqd.persist_metadata(self.topic.name)
 
     def unpause(self) -> None:
         self.paused = False
         if not self.ephemeral:
-            self.nsqd.persist_metadata()
+            self.nsqd.persist_metadata(self.topic.name)
         self.dispatch()
 
     def empty(self) -> None:
@@ -405,6 +419,8 @@ class Channel:
         self.deferred.clear()
         self.memory.clear()
         self.backend.empty()
+        # What the topic's pump has not moved here yet goes too.
+        self.backlog_skip = self.topic.owed_backlog()
 
     def close(self) -> None:
         """Shutdown: every queued, in-flight and deferred message goes to the backend."""

@@ -30,12 +30,14 @@ from ..protocol.client_states import (  # noqa: F401
     STATE_SUBSCRIBED,
 )
 from ..protocol.frames import HEARTBEAT_FRAME
+from .heartbeats import PumpStarter
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
     from .auth import AuthState
     from .channel import Channel
     from .nsqd import NSQD
+    from .topic import Topic
 
 #: Unsent bytes beyond which a client gets no more messages until its output drains, so a
 #: consumer that stops reading holds at most this much (plus one batch) of the daemon's memory.
@@ -70,6 +72,8 @@ class ClientV2:
         "output_buffer_size",
         "output_buffer_timeout",
         "pub_counts",
+        "pump_later",
+        "pump_scope",
         "rdy",
         "remote_address",
         "requeue_count",
@@ -113,9 +117,13 @@ class ClientV2:
         # --sync-ack: this read batch published, and its answers wait for the fsync
         # (`holding`: nothing is sent meanwhile, so that no OK leaves before its fsync).
         self.unsynced_publish = False
+        #: Topics this read batch published to, moved on to their channels once answered.
+        self.pump_later: list[Topic] = []
         self.holding = False
         self.send_done = trio.lowlevel.ParkingLot()
-        self.wake = Wakeup()
+        # A `PumpStarter` until the message pump runs (heartbeats.py), then the pump's wake-up.
+        self.wake: Wakeup | PumpStarter = PumpStarter(self)
+        self.pump_scope: trio.CancelScope | None = None
         self.message_count = 0
         self.finish_count = 0
         self.requeue_count = 0
@@ -218,11 +226,15 @@ class ClientV2:
         await self.flush()
 
     async def message_pump(self) -> None:
-        """Flush when woken; send a heartbeat every heartbeat interval, in any state."""
+        """Flush when woken; send a heartbeat every heartbeat interval, in any state. Runs
+        once the client needs it (`heartbeats.start_pump`: its first delivery); until then
+        the daemon's `Heartbeats` task sends its heartbeats."""
+        wake = self.wake
+        assert isinstance(wake, Wakeup)
         while True:
             deadline = self.next_heartbeat if self.heartbeat_interval else math.inf
             with trio.move_on_at(deadline):
-                await self.wake.wait()
+                await wake.wait()
             if self.heartbeat_interval and trio.current_time() >= self.next_heartbeat:
                 self.out += HEARTBEAT_FRAME
                 self.next_heartbeat = trio.current_time() + self.heartbeat_interval

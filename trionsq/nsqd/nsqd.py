@@ -2,8 +2,9 @@
 
 ```
 NSQD.run()  root nursery
- ├─ client nursery: TCP listener, one task per connection (command loop + message pump),
- │                  and the HTTP and HTTPS servers (hypercorn)
+ ├─ client nursery: TCP listener, one task per connection (its command loop), a message
+ │                  pump per subscribed connection, the heartbeats of the others (one
+ │                  task, heartbeats.py), and the HTTP and HTTPS servers (hypercorn)
  ├─ each topic's message pump
  ├─ queue scan loop (in-flight timeouts, deferred messages)
  ├─ one lookup peer per nsqlookupd (REGISTER/UNREGISTER, PING)
@@ -22,6 +23,7 @@ every disk queue and nsqd.dat, then stop the pumps.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import math
@@ -48,6 +50,7 @@ from . import metadata
 from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, DiskBackend, recover_queues
 from .client_v2 import ClientV2
+from .heartbeats import Heartbeats
 from .http_api import serve_http
 from .lookup import LookupPeers, register, unregister
 from .memory_trim import MemoryTrimmer
@@ -60,6 +63,11 @@ from .transport import build_server_context
 from .wakeup import Wakeup
 
 log = logging.getLogger("trionsq.nsqd")
+
+#: accept() failures that mean "out of file descriptors or memory": retried after a pause
+#: (as trio.serve_listeners does), any other ends the listener.
+_ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_ACCEPT_RETRY = 0.1
 
 
 class NSQD:
@@ -119,6 +127,7 @@ class NSQD:
         self.metadata = metadata.MetadataWriter(
             metadata.metadata_path(options.data_path or os.getcwd()),
             lambda: metadata.current(self),
+            lambda name: metadata.current_topic(self, name),
             run_blocking,
             fs=fs,
         )
@@ -126,6 +135,8 @@ class NSQD:
         self._recovered: dict[str, Recovered] = {}
         self._loading = False
         self.lookup = LookupPeers(self)
+        #: Heartbeats of the connections that have no message pump (heartbeats.py).
+        self.heartbeats = Heartbeats()
         self.memory_trimmer = MemoryTrimmer(run_blocking)
 
     # -- topics ---------------------------------------------------------------------------
@@ -161,9 +172,9 @@ class NSQD:
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             assert self._nursery is not None
-            self._nursery.start_soon(topic.pump, name=f"topic-pump:{name}")
+            self._nursery.start_soon(topic.pump_task, name=f"topic-pump:{name}")
             if not ephemeral:
-                self.persist_metadata()
+                self.persist_metadata(name)
             self.lookup.notify(register(name))
             if not self._loading:
                 self._precreate_channels(topic)
@@ -200,12 +211,13 @@ class NSQD:
             topic.delete()
             topic.wake.set()
             if not topic.ephemeral:
-                self.persist_metadata()
+                self.persist_metadata(name)
 
-    def persist_metadata(self) -> None:
-        """Topics or channels changed: rewrite nsqd.dat soon (not while loading it)."""
+    def persist_metadata(self, topic: str | None = None) -> None:
+        """Topic `topic` (None: any), its channels or their paused states changed: rewrite
+        nsqd.dat soon (not while loading it)."""
         if not self._loading:
-            self.metadata.request()
+            self.metadata.request(topic)
 
     def _load_metadata(self, topics: list[metadata.TopicMetadata]) -> None:
         self._loading = True
@@ -301,15 +313,9 @@ class NSQD:
                 await root.start(self.memory_trimmer.run, name="memory-trimmer")
                 async with trio.open_nursery() as clients:
                     self._clients_nursery = clients
-                    clients.start_soon(
-                        functools.partial(
-                            trio.serve_listeners,
-                            self._connection_handler(),
-                            listeners,
-                            handler_nursery=clients,
-                        ),
-                        name="tcp-listener",
-                    )
+                    await clients.start(self.heartbeats.run, name="heartbeats")
+                    for listener in listeners:
+                        clients.start_soon(self._accept, listener, clients, name="tcp-listener")
                     if self.options.http_address:
                         await self._start_http(clients)
                     if self.tls_context is not None and self.options.https_address:
@@ -382,11 +388,32 @@ class NSQD:
         """The stats snapshot statsd sends (every topic and channel, no clients)."""
         return snapshot(self, include_clients=False)
 
-    def _connection_handler(self) -> Callable[[trio.abc.Stream], Awaitable[None]]:
-        async def handler(stream: trio.abc.Stream) -> None:
-            await handle_connection(self, stream)
+    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        """Serve each connection `listener` accepts in its own task: trio.serve_listeners'
+        loop, less the frame it keeps per connection (every byte counts, times 10,000 idle
+        connections; `handle_connection` closes the stream)."""
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as err:
+                    if err.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    log.error(
+                        "TCP: accept returned %s (%s); retrying in %s seconds",
+                        errno.errorcode[err.errno],
+                        os.strerror(err.errno),
+                        _ACCEPT_RETRY,
+                    )
+                    await trio.sleep(_ACCEPT_RETRY)
+                else:
+                    nursery.start_soon(handle_connection, self, stream)
 
-        return handler
+    def start_client_task(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run `fn(*args)` beside the connections (a client's message pump): shutdown
+        cancels it with them."""
+        assert self._clients_nursery is not None, "NSQD is not running"
+        self._clients_nursery.start_soon(fn, *args)
 
     def handle_stream(self, stream: trio.abc.Stream) -> None:
         """Serve an already connected stream as a client connection, in the client nursery

@@ -32,6 +32,7 @@ from .auth import AuthError, AuthRequest, is_tls, query_any, tls_common_name
 from .backend import BackendError
 from .channel import ChannelError
 from .client_v2 import STATE_DISCONNECTED, ClientV2
+from .heartbeats import stop_pump
 from .socket_stream import DirectSocketStream
 from .topic import TopicExiting
 from .transport import DeflateStream, SnappyStream, TransportError
@@ -82,13 +83,42 @@ def to_int64(value: int) -> int:
 
 
 async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Stream) -> None:
-    """Serve one client connection until it closes. Whatever goes wrong ends this connection
-    only: a client going away is ordinary, anything else is logged as a bug."""
+    """Serve one client connection until it closes: the magic, then the command loop.
+    Whatever goes wrong ends this connection only: a client going away is ordinary, anything
+    else is logged as a bug.
+
+    What an idle connection holds is kept small (10,000 of them are a benchmark): one
+    coroutine frame here (no `_serve` beneath), no nursery and no message pump task until the
+    client needs one (its first delivery; `heartbeats.py` sends the heartbeats until then),
+    and one cancel scope: the magic's deadline first, then what closes the connection from
+    outside (`ClientV2.close_connection`)."""
     remote = _remote_address(stream)
     if isinstance(stream, trio.SocketStream):
         stream = DirectSocketStream(stream)
     try:
-        await _serve(nsqd, stream, remote)
+        with trio.CancelScope(deadline=trio.current_time() + nsqd.options.client_timeout) as scope:
+            magic = b""
+            while len(magic) < 4:
+                # Only the magic: a whole first read kept here would stay for the connection's
+                # life.
+                chunk = await stream.receive_some(4 - len(magic))
+                if not chunk:
+                    return
+                magic += chunk
+            scope.deadline = math.inf
+            if magic[:4] != MAGIC_V2:
+                log.error("client(%s) bad protocol magic %r", remote, magic[:4])
+                await stream.send_all(encode_error(E.E_BAD_PROTOCOL.encode()))
+                return
+            client = nsqd.new_client(stream, remote)
+            client.connection_scope = scope
+            log.info("TCP: new client(%s)", remote)
+            nsqd.heartbeats.add(client)
+            try:
+                await _command_loop(nsqd, client, bytes(magic[4:]))
+            finally:
+                stop_pump(client)
+                _disconnect(nsqd, client)
     except* (trio.BrokenResourceError, trio.ClosedResourceError) as gone:
         log.info("PROTOCOL(V2): [%s] connection lost - %s", remote, first_leaf(gone))
     except* Exception:
@@ -97,33 +127,6 @@ async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Str
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(stream)
         nsqd.memory_trimmer.connection_closed()
-
-
-async def _serve(nsqd: NSQD, stream: trio.abc.Stream, remote: str) -> None:
-    magic = b""
-    with trio.move_on_after(nsqd.options.client_timeout):
-        while len(magic) < 4:
-            # Only the magic: a whole first read kept here would stay for the connection's life.
-            chunk = await stream.receive_some(4 - len(magic))
-            if not chunk:
-                return
-            magic += chunk
-    if len(magic) < 4:
-        return
-    if magic[:4] != MAGIC_V2:
-        log.error("client(%s) bad protocol magic %r", remote, magic[:4])
-        await stream.send_all(encode_error(E.E_BAD_PROTOCOL.encode()))
-        return
-    client = nsqd.new_client(stream, remote)
-    log.info("TCP: new client(%s)", remote)
-    try:
-        async with trio.open_nursery() as nursery:
-            client.connection_scope = nursery.cancel_scope
-            nursery.start_soon(client.message_pump)
-            await _command_loop(nsqd, client, bytes(magic[4:]))
-            nursery.cancel_scope.cancel()
-    finally:
-        _disconnect(nsqd, client)
 
 
 def _remote_address(stream: trio.abc.Stream) -> str:
@@ -143,6 +146,9 @@ def _remote_address(stream: trio.abc.Stream) -> str:
 def _disconnect(nsqd: NSQD, client: ClientV2) -> None:
     log.info("PROTOCOL(V2): [%s] exiting ioloop", client.remote_address)
     client.state = STATE_DISCONNECTED
+    for topic in client.pump_later:  # published, not yet moved on: the pump tasks do it
+        topic.wake.set()
+    client.pump_later.clear()
     if client.channel is not None:
         client.channel.remove_client(client)
     nsqd.remove_client(client)
@@ -217,6 +223,9 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                     channel.dispatch()
                 if client.out:
                     await client.flush()
+                if client.pump_later:
+                    # What this batch published goes to the channels once it is answered.
+                    _pump(client)
             # Go closes a connection that sends nothing for two heartbeat intervals. Moving
             # the scope's deadline costs a heap update, so it moves only once it has fallen
             # behind (or is too far ahead: IDENTIFY shortened the interval), and then an
@@ -305,7 +314,7 @@ def _new_parser(nsqd: NSQD, client: ClientV2) -> CommandParser:
         max_body_size=opts.max_body_size,
         max_req_timeout_ms=int(opts.max_req_timeout * 1000),
         check_line=check,
-        new_ids=nsqd.guid.next_ids,  # publishes arrive framed (topic.put_frames)
+        new_id_runs=nsqd.guid.next_id_runs,  # publishes arrive framed (topic.put_frames)
     )
 
 
@@ -647,6 +656,12 @@ def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
         raise _refused(E.E_FIN_FAILED, "FIN", message_id, err) from None
 
 
+def _pump(client: ClientV2) -> None:
+    topics, client.pump_later = client.pump_later, []
+    for topic in topics:
+        topic.pump()
+
+
 def _fin_run(nsqd: NSQD, client: ClientV2, message_ids: list[bytes]) -> None:
     """Consecutive FINs (`CommandParser.take_fins`), as `_fin` would execute them one by one:
     a FIN the channel refuses is answered with its error and the others go on; a state that
@@ -750,7 +765,7 @@ def _publish(
         _check_auth(nsqd, client, cmd.name.decode(), topic_name, "")
     topic = nsqd.get_topic(topic_name)
     try:
-        topic.put_frames(frames, defer)
+        topic.put_frames(frames, defer, client.pump_later)
     except (TopicExiting, BackendError) as err:
         raise ProtocolError(failed, f"{cmd.name.decode()} failed {err}") from None
     counts = client.pub_counts

@@ -6,6 +6,17 @@ woken once per put batch, copies queued messages to every channel, then lets eac
 dispatch to its subscribers. With no channel (or while paused) messages wait in the topic and
 go to the first channel created.
 
+The disk backlog (what the disk queue holds) moves to the channels in bounded passes. While a
+channel has subscribers it is paced by them: each consumed channel is kept between a lead
+(twice its subscribers' RDY) and twice that queued (`_wanted`), and the rest waits in the
+topic's queue. The backlog then moves once, as fast as it is consumed, instead of competing
+with delivery to copy the whole of it disk to disk first; and what a consumer reads from a
+channel with memory room is decoded once, straight from the topic's queue. With no consumer it
+moves at full speed, PUMP_BATCH per pass (undecoded, `put_records`, to channels whose memory
+queue is full), as Go's pump does. Either way the channels are owed the whole backlog (Go's
+pump would have copied it already): a channel created or emptied meanwhile does not get it
+(`owed_backlog`, `Channel.backlog_skip`), and the pump first moves it to the others.
+
 DPUB messages wait in `deferred` until the pump hands them to the channels, which hold them
 until their due time. A durable topic (--mem-queue-size=0, or --sync-ack) writes them to its
 disk queue's deferred log before DPUB is answered, and lets them go from there only once every
@@ -21,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..diskqueue import frames_from_records
 from ..protocol.message import FRAMED_BODY_OFFSET, encode_new_frames, framed_id
 from ..protocol.names import is_ephemeral
 from .backend import (
@@ -42,6 +54,8 @@ log = logging.getLogger("trionsq.nsqd")
 
 #: Messages moved to channels per pump pass before yielding to other tasks.
 PUMP_BATCH = 20_000
+#: The least a consumed channel is kept queued while the topic's disk backlog is paced.
+PUMP_LEAD_MIN = 1_000
 
 
 class TopicExiting(Exception):
@@ -62,6 +76,8 @@ class Topic:
         "message_count",
         "name",
         "nsqd",
+        "owed_at_pause",
+        "owes_backlog",
         "paused",
         "started",
         "wake",
@@ -85,6 +101,10 @@ class Topic:
         # False while nsqd asks the lookupds which channels to create first (reference §2.1).
         self.started = True
         self.exiting = False
+        # The channels are owed the disk queue's backlog (`owed_backlog`): set by the pump's
+        # first pass over it, cleared once it is moved; how much of it when paused.
+        self.owes_backlog = False
+        self.owed_at_pause = 0
         self.message_count = 0
         self.message_bytes = 0
         self.wake = Wakeup()
@@ -101,10 +121,14 @@ class Topic:
         ids = self.nsqd.guid.next_ids(len(bodies))
         self.put_frames(encode_new_frames(ids, time.time_ns(), bodies), defer)
 
-    def put_frames(self, frames: list[bytes], defer: float = 0.0) -> None:
+    def put_frames(
+        self, frames: list[bytes], defer: float = 0.0, pump_later: list[Topic] | None = None
+    ) -> None:
         """Accept newly published messages, already framed with their IDs from nsqd's
         generator (the TCP parser frames them as it reads them): all or none. Raises
-        TopicExiting, or BackendError when the disk refuses them."""
+        TopicExiting, or BackendError when the disk refuses them. With `pump_later`, the
+        topic adds itself there instead of moving the messages on: the caller calls `pump`
+        once it has answered the publisher."""
         if self.exiting:
             raise TopicExiting("exiting")
         if defer > 0:
@@ -116,12 +140,24 @@ class Topic:
             queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)  # may raise
         self.message_count += len(frames)
         self.message_bytes += sum(map(len, frames)) - FRAMED_BODY_OFFSET * len(frames)
-        if self.channels:  # with none, the pump has nothing to do (a new channel wakes it)
+        if not self.channels:  # the pump has nothing to do (a new channel wakes it)
+            return
+        if pump_later is None:
+            self.pump()
+        elif self not in pump_later:
+            pump_later.append(self)
+
+    def pump(self) -> None:
+        """Move what was just published to the channels: now, in the caller's task, in the
+        usual case (the messages are in memory and nothing waits before them), since waking
+        the pump task would cost as much as the move itself and add its latency to every
+        message; else wake the pump task."""
+        if self.deferred or self.backend.depth or not self.wake.idle or self.pump_once():
             self.wake.set()
 
     # -- the pump -------------------------------------------------------------------------
 
-    async def pump(self) -> None:
+    async def pump_task(self) -> None:
         """Copy messages to every channel whenever some arrive (or a channel appears); end
         when the topic is deleted or closed."""
         while True:
@@ -133,52 +169,128 @@ class Topic:
                 self.wake.set()
 
     def pump_once(self) -> bool:
-        """Move up to PUMP_BATCH messages to the channels; True if more remain."""
+        """Move queued messages to the channels, a bounded amount per pass; True if more
+        remain to move at once."""
         if self.paused or not self.channels or self.exiting or not self.started:
             return False
         channels = list(self.channels.values())
         if self.deferred:
             self._move_deferred(channels)
+        more = self._move_memory(channels) if self.memory else False
+        if self.backend.depth or self.owes_backlog:
+            more = self._move_backlog(channels) or more
+        return more
+
+    def _move_memory(self, channels: list[Channel]) -> bool:
+        """Move up to PUMP_BATCH messages of the memory queue; True if more remain."""
         memory = self.memory
-        backend = self.backend
-        batch = PUMP_BATCH
-        if not memory and backend.depth and not backend.deferred_due and not backend.held_deferred:
-            room = min(channel.memory_room for channel in channels)
-            if room <= 0 and all(channel.takes_records for channel in channels):
-                # Disk to disk: move the records without decoding them.
-                pieces, count = backend.take_records(PUMP_BATCH)
-                for channel in channels:
-                    channel.put_records(pieces, count)
-                for channel in channels:
-                    channel.dispatch()
-                return backend.depth > 0
-            if room > 0:
-                # Decode only what the channels' memory queues take; the rest moves
-                # undecoded on the next pass.
-                batch = min(room, PUMP_BATCH)
-        if len(channels) == 1 and memory and len(memory) <= channels[0].memory_room:
+        if len(channels) == 1 and len(memory) <= channels[0].memory_room:
             # One channel whose memory queue takes all of the topic's: hand it over whole
             # (a deque extend, or a swap when the channel's is empty), not message by message.
             channels[0].take_memory(self)
             channels[0].dispatch()
-            return self.backend.depth > 0
-        if len(memory) <= batch:
+            return False
+        if len(memory) <= PUMP_BATCH:
             frames = list(memory)
             memory.clear()
-            if len(frames) < batch and self.backend.depth:
-                taken = self.backend.take(batch - len(frames))
-                if self.backend.deferred_due:
-                    taken = self._restore_deferred(taken, channels)
-                frames += taken
         else:
             popleft = memory.popleft
             frames = [popleft() for _ in range(PUMP_BATCH)]
-        if frames:
+        for channel in channels:
+            channel.put_many(frames)
+        for channel in channels:
+            channel.dispatch()
+        return bool(memory)
+
+    # -- the disk backlog -----------------------------------------------------------------
+
+    def _move_backlog(self, channels: list[Channel]) -> bool:
+        """One pass of moving the disk queue's backlog to the channels (see "The disk
+        backlog" above); True if the next pass should follow at once."""
+        backend = self.backend
+        if not backend.depth:
+            self._backlog_moved(channels)
+            return False
+        self.owes_backlog = True
+        skips = [channel.backlog_skip for channel in channels if channel.backlog_skip]
+        paced = False
+        if skips:
+            # Some channels are not owed the head of the backlog (created or emptied after
+            # it was written): move it to the others, at full speed, before they join in.
+            targets = [channel for channel in channels if not channel.backlog_skip]
+            count = min(PUMP_BATCH, *skips)
+        else:
+            targets = channels
+            count = PUMP_BATCH
+            consumed = [c for c in channels if c.clients and not c.paused]
+            if consumed:
+                paced = True
+                count = min(count, max(_wanted(channel) for channel in consumed))
+        if not paced:
             for channel in channels:
+                channel.refill_below = 0
+        if count <= 0:
+            return False
+        moved = self._move_records(targets, count)
+        if skips:
+            for channel in channels:
+                if channel.backlog_skip:
+                    channel.backlog_skip = max(channel.backlog_skip - moved, 0)
+        for channel in targets:
+            channel.dispatch()
+        if not backend.depth:
+            self._backlog_moved(channels)
+            return False
+        # Paced: the next pass waits for a channel to run low (`Channel._take` wakes the
+        # pump), unless this one moved less than asked (a record skipped, a bad segment).
+        return not paced or moved < count
+
+    def _move_records(self, targets: list[Channel], count: int) -> int:
+        """Take up to `count` records from the disk queue and queue them in every target
+        channel, decoded once for the channels whose memory queue has room and undecoded
+        (`put_records`) for the others; returns the records taken."""
+        backend = self.backend
+        if backend.deferred_due or backend.held_deferred:
+            # Records are checked one by one (DPUB messages saved at shutdown, or held by
+            # the deferred log): decode them.
+            frames = backend.take(count)
+            taken = len(frames)
+            if backend.deferred_due:
+                frames = self._restore_deferred(frames, targets)
+            for channel in targets:
                 channel.put_many(frames)
-            for channel in channels:
-                channel.dispatch()
-        return bool(memory) or self.backend.depth > 0
+            return taken
+        undecoded = [channel.takes_records for channel in targets]
+        if targets and not any(undecoded):
+            frames = backend.take(count)
+            for channel in targets:
+                channel.put_many(frames)
+            return len(frames)
+        pieces, taken = backend.take_records(count)
+        if not all(undecoded):
+            frames = frames_from_records(pieces)
+        for channel, records in zip(targets, undecoded, strict=True):
+            if records:
+                channel.put_records(pieces, taken)
+            else:
+                channel.put_many(frames)
+        return taken
+
+    def _backlog_moved(self, channels: list[Channel]) -> None:
+        self.owes_backlog = False
+        for channel in channels:
+            channel.backlog_skip = channel.refill_below = 0
+
+    def owed_backlog(self) -> int:
+        """Records at the head of the disk queue that the channels are owed but do not hold
+        yet: the ones Go's pump, which copies the backlog at once, would have moved to them.
+        A channel created or emptied now does not get them (`Channel.backlog_skip`)."""
+        if not self.owes_backlog or not self.channels:
+            return 0
+        if self.paused:
+            # What was written while paused goes to every channel at unpause.
+            return min(self.owed_at_pause, self.backend.depth)
+        return self.backend.depth
 
     def _move_deferred(self, channels: list[Channel]) -> None:
         """Hand the DPUB messages to every channel; they leave the topic's deferred log once
@@ -211,10 +323,12 @@ class Topic:
             ephemeral = is_ephemeral(name)
             backend = self.nsqd.make_backend(f"{self.name}:{name}", ephemeral, channel=True)
             channel = Channel(self, name, backend, ephemeral)
+            # The backlog the other channels are owed is not this one's.
+            channel.backlog_skip = self.owed_backlog()
             self.channels[name] = channel
             log.info("TOPIC(%s): new channel(%s)", self.name, name)
             if not ephemeral:
-                self.nsqd.persist_metadata()
+                self.nsqd.persist_metadata(self.name)
             self.nsqd.lookup.notify(register(self.name, name))
             self.wake.set()
         return channel
@@ -226,7 +340,7 @@ class Topic:
         log.info("TOPIC(%s): deleting channel %s", self.name, name)
         channel.delete()
         if not channel.ephemeral:
-            self.nsqd.persist_metadata()
+            self.nsqd.persist_metadata(self.name)
         self.nsqd.lookup.notify(unregister(self.name, name))
         if self.ephemeral and not self.channels and not self.exiting:
             self.nsqd.delete_topic(self.name)
@@ -240,12 +354,13 @@ class Topic:
 
     def pause(self) -> None:
         """Stop copying messages to the channels; they wait in the topic."""
+        self.owed_at_pause = self.owed_backlog()
         self.paused = True
-        self.nsqd.persist_metadata()
+        self.nsqd.persist_metadata(self.name)
 
     def unpause(self) -> None:
         self.paused = False
-        self.nsqd.persist_metadata()
+        self.nsqd.persist_metadata(self.name)
         self.wake.set()
 
     def empty(self) -> None:
@@ -274,3 +389,17 @@ class Topic:
         self.memory.clear()
         self.deferred.clear()
         self.backend.delete()
+
+
+def _wanted(channel: Channel) -> int:
+    """How many messages of the disk backlog a consumed channel should get now: its queue is
+    kept between `lead` and twice that, `lead` being twice its subscribers' RDY (at least
+    PUMP_LEAD_MIN; at most half a PUMP_BATCH, or half its memory queue if that is larger than
+    twice PUMP_LEAD_MIN, so that what they read is decoded once, into memory); below it,
+    `Channel._take` wakes the pump."""
+    lead = max(2 * sum(client.rdy for client in channel.clients), PUMP_LEAD_MIN)
+    limit = channel.mem_limit if channel.mem_limit >= 2 * PUMP_LEAD_MIN else PUMP_BATCH
+    lead = min(lead, limit // 2)
+    channel.refill_below = lead
+    queued = channel.depth
+    return 2 * lead - queued if queued < lead else 0

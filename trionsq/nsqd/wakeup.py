@@ -16,6 +16,11 @@ class Wakeup:
         self._task: trio.lowlevel.Task | None = None
         self._is_set = False
 
+    @property
+    def idle(self) -> bool:
+        """Not set: the waiting task has nothing pending (or there is none)."""
+        return not self._is_set
+
     def set(self) -> None:
         if self._is_set:
             return

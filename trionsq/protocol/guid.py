@@ -84,11 +84,22 @@ class GUIDFactory:
         return guid
 
     def next_ids(self, count: int) -> list[bytes]:
-        """`count` consecutive IDs (one clock read when the sequence has room).
+        """`count` consecutive IDs (one clock read when the sequence has room)."""
+        return [
+            high + digits
+            for high, first, end in self.next_id_runs(count)
+            for digits in SEQUENCE_HEX[first:end]
+        ]
+
+    def next_id_runs(self, count: int) -> list[tuple[bytes, int, int]]:
+        """`count` consecutive IDs as runs ``(high, first, end)``: the IDs ``high +
+        SEQUENCE_HEX[n]`` for n in ``range(first, end)``, `high` being an ID's first 13 hex
+        digits (its tick and node) and the last three its 12-bit sequence.
 
         The publish hot path (every PUB and MPUB): when the clock's tick has room for the whole
-        block, the IDs are one arithmetic run, formatted from a table of the sequence's three
-        hex digits (the low 12 bits) after the tick's 13, with no per-ID call or branch."""
+        block, it is one run, one clock read and no per-ID work here; the caller formats each
+        ID where it builds the message's frame. Otherwise (the tick's sequence is used up, or
+        the clock went back) the IDs come one at a time as `next_id` makes them."""
         ts = time.time_ns() >> 20
         last_ts = self._last_ts
         if ts > last_ts:
@@ -107,23 +118,22 @@ class GUIDFactory:
                 self._last_ts = ts
                 self._sequence = end - 1
                 self._last_id = tick | (end - 1)
-                high = self._hex
-                if count == 1:  # PUB: no comprehension to set up
-                    return [high + _SEQUENCE_HEX[first]]
-                return [high + digits for digits in _SEQUENCE_HEX[first:end]]
-        out = []
+                return [(self._hex, first, end)]
+        runs = []
         now = time.time_ns()
         for _ in range(count):
             try:
-                out.append(b"%016x" % self.new_guid(now))
+                guid = self.new_guid(now)
             except GUIDError:
-                out.append(self.next_id())
+                guid = int(self.next_id(), 16)
                 now = time.time_ns()
-        return out
+            sequence = guid & _SEQUENCE_MASK
+            runs.append((b"%013x" % (guid >> SEQUENCE_BITS), sequence, sequence + 1))
+        return runs
 
 
 #: The last three hex digits of an ID are its 12-bit sequence.
-_SEQUENCE_HEX = [b"%03x" % n for n in range(_SEQUENCE_MASK + 1)]
+SEQUENCE_HEX = [b"%03x" % n for n in range(_SEQUENCE_MASK + 1)]
 
 
 def guid_to_hex(guid: int) -> bytes:

@@ -14,12 +14,13 @@ MPUB is read as nsqd reads it (reference §1.3, MPUB quirk): the declared body s
 checked against ``max_body_size``; the message count and the messages are then read straight
 from the stream, whatever the declared size says.
 
-Framing (nsqd's publish hot path): a parser given `new_ids` returns PUB, DPUB and MPUB bodies
-already as the daemon stores messages, each a message frame (`message.encode_new_frames`:
-frame header, timestamp, attempts 0, a new ID, body), built in the same pass that reads the
-records: the body is copied once, straight from the read into its frame. `Command.body` is
-then a list of frames for all three. Without it, PUB and DPUB bodies are `bytes` and MPUB's a
-list of them.
+Framing (nsqd's publish hot path): a parser given `new_id_runs` (`GUIDFactory.next_id_runs`)
+returns PUB, DPUB and MPUB bodies already as the daemon stores messages, each a message frame
+(`message.encode_new_frames`: frame header, timestamp, attempts 0, a new ID, body), built in
+the same pass that reads the records: the body is copied once, straight from the read into its
+frame, after a prefix (header and the ID's first 13 digits) made once per body size and run of
+IDs. `Command.body` is then a list of frames for all three. Without it, PUB and DPUB bodies are
+`bytes` and MPUB's a list of them.
 
 Bytes are kept as the immutable `bytes` received (slicing is cheaper than a bytearray here);
 a body still arriving is collected in chunks and joined once, so a large body costs no
@@ -49,13 +50,14 @@ from .errors import (
 )
 from .frames import FRAME_TYPE_MESSAGE
 from .goquote import go_quote
+from .guid import SEQUENCE_HEX
 from .names import is_valid_topic_name
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
 _pack_frame_head = struct.Struct(">IiqH").pack  # frame size, type, timestamp, attempts
-#: MPUB IDs are taken from `new_ids` this many at a time (never all of a declared count at
-#: once: a client may declare a million messages and send none).
+#: MPUB IDs are taken from `new_id_runs` this many at a time (never all of a declared count
+#: at once: a client may declare a million messages and send none).
 ID_BLOCK = 512
 # Command is a NamedTuple; building it through tuple.__new__ skips the generated __new__'s
 # argument handling, which is a third of the cost of parsing a FIN.
@@ -72,7 +74,7 @@ _UINT64_MASK = (1 << 64) - 1
 _INT64_SIGN = 1 << 63
 
 CheckLine = Callable[[bytes, tuple[bytes, ...]], None]
-NewIds = Callable[[int], list[bytes]]
+NewIdRuns = Callable[[int], list[tuple[bytes, int, int]]]
 
 #: Reads shorter than this, while a body is awaited, are coalesced into one bytearray: each
 #: object kept costs ~50-90 B of header and malloc overhead, under 2 % from this size on.
@@ -141,19 +143,20 @@ class CommandParser:
         "_chunks",
         "_chunks_len",
         "_heads",
-        "_ids",
         "_kind",
         "_mpub_bodies",
         "_mpub_left",
         "_need",
         "_pending",
         "_pos",
+        "_run",
+        "_runs",
         "_timestamp",
         "check_line",
         "max_body_size",
         "max_msg_size",
         "max_req_timeout_ms",
-        "new_ids",
+        "new_id_runs",
     )
 
     def __init__(
@@ -162,9 +165,9 @@ class CommandParser:
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         check_line: CheckLine | None = None,
         max_req_timeout_ms: int = DEFAULT_MAX_REQ_TIMEOUT_MS,
-        new_ids: NewIds | None = None,
+        new_id_runs: NewIdRuns | None = None,
     ) -> None:
-        self.new_ids = new_ids
+        self.new_id_runs = new_id_runs
         self.max_msg_size = max_msg_size
         self.max_body_size = max_body_size
         self.max_req_timeout_ms = max_req_timeout_ms
@@ -183,9 +186,11 @@ class CommandParser:
         # MPUB progress: _MPUB_SIZE, _MPUB_COUNT, or the number of messages still to read.
         self._mpub_left = _MPUB_SIZE
         self._mpub_bodies: list[bytes] = []
-        # Framing: IDs taken for the MPUB under way and not used yet, its timestamp, and its
-        # frame headers up to the ID by body size.
-        self._ids: list[bytes] = []
+        # Framing, for the MPUB under way: the run of IDs in use (high digits, next sequence,
+        # end) and the runs taken after it, the timestamp, and for the run in use the frame
+        # prefixes (header and high digits) by body size.
+        self._run: tuple[bytes, int, int] = (b"", 0, 0)
+        self._runs: list[tuple[bytes, int, int]] = []
         self._timestamp = 0
         self._heads: dict[int, bytes] = {}
 
@@ -310,10 +315,12 @@ class CommandParser:
         body = buf[pos + 4 : pos + 4 + size]
         self._pos = pos + 4 + size
         self._pending = None
-        if self.new_ids is not None and kind != _IDENTIFY and kind != _AUTH:
+        if self.new_id_runs is not None and kind != _IDENTIFY and kind != _AUTH:
             # PUB, DPUB: one message frame.
             head = _pack_frame_head(size + 30, FRAME_TYPE_MESSAGE, time.time_ns(), 0)
-            return _new_command(Command, (name, params, [head + self.new_ids(1)[0] + body]))
+            high, sequence, _ = self.new_id_runs(1)[0]
+            frame = head + high + SEQUENCE_HEX[sequence] + body
+            return _new_command(Command, (name, params, [frame]))
         return _new_command(Command, (name, params, body))
 
     def _pre_body_checks(self, kind: int, params: tuple[bytes, ...]) -> None:
@@ -386,14 +393,13 @@ class CommandParser:
             if left <= 0 or left > (self.max_body_size - 4) // 5:
                 raise ProtocolError(E_BAD_BODY, f"MPUB invalid message count {left}")
             self._pos = pos = pos + 4
-            if self.new_ids is not None:
+            if self.new_id_runs is not None:
                 self._timestamp = time.time_ns()
-                self._heads = {}
         bodies = self._mpub_bodies
         append = bodies.append
         max_msg = self.max_msg_size
         need = 0
-        if self.new_ids is None:
+        if self.new_id_runs is None:
             while left:
                 if n - pos < 4:
                     need = 4
@@ -412,11 +418,16 @@ class CommandParser:
             # The same loop, each message framed as it is read (the publish hot path).
             heads = self._heads
             timestamp = self._timestamp
-            ids = self._ids
+            high, sequence, run_end = self._run
+            runs = self._runs
+            digits = SEQUENCE_HEX
             while left:
-                if not ids:
-                    ids = self.new_ids(min(left, ID_BLOCK))
-                    ids.reverse()  # taken from the end
+                if sequence == run_end:
+                    if not runs:
+                        runs = self.new_id_runs(min(left, ID_BLOCK))
+                        runs.reverse()  # taken from the end
+                    high, sequence, run_end = runs.pop()
+                    heads = {}
                 if n - pos < 4:
                     need = 4
                     break
@@ -429,13 +440,16 @@ class CommandParser:
                     break
                 head = heads.get(size)
                 if head is None:
-                    head = heads[size] = _pack_frame_head(
-                        size + 30, FRAME_TYPE_MESSAGE, timestamp, 0
+                    head = heads[size] = (
+                        _pack_frame_head(size + 30, FRAME_TYPE_MESSAGE, timestamp, 0) + high
                     )
-                append(head + ids.pop() + buf[pos + 4 : end])
+                append(head + digits[sequence] + buf[pos + 4 : end])
+                sequence += 1
                 pos = end
                 left -= 1
-            self._ids = ids
+            self._run = (high, sequence, run_end)
+            self._runs = runs
+            self._heads = heads
         self._pos = pos
         self._mpub_left = left
         if left:  # the loop stopped short of a message: wait for it
