@@ -157,10 +157,12 @@ async def test_the_first_delivery_starts_the_pump_which_takes_heartbeats_over(
     await consumer.send(sub("t", "c"))
     assert await consumer.response() == b"OK"
     assert client.pump_scope is None  # subscribed, nothing delivered yet
-    await consumer.send(rdy(10))
+    # Queued before RDY, the message is delivered by the consumer's RDY (not sent by a
+    # publisher's task, test_a_publish_is_sent_to_subscribers_by_the_publishers_task).
     producer = await Conn.open(nsqd)
     await producer.send(pub("t", b"hello"))
     assert await producer.response() == b"OK"
+    await consumer.send(rdy(10))
     message = await consumer.message()
     assert message.body == b"hello"
     assert client.pump_scope is not None
@@ -178,6 +180,55 @@ async def test_the_first_delivery_starts_the_pump_which_takes_heartbeats_over(
     await trio.testing.wait_all_tasks_blocked()
     assert _tasks_named("_run_pump") == []
     await producer.aclose()
+
+
+async def test_a_publish_is_sent_to_subscribers_by_the_publishers_task(
+    nursery: trio.Nursery, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    consumers = [await tcp_conn(nsqd) for _ in range(2)]
+    await _client(nsqd, 2)
+    clients = list(nsqd.clients.values())
+    for n, consumer in enumerate(consumers):
+        await consumer.send(sub("t", f"c{n}"))
+        assert await consumer.response() == b"OK"
+        await consumer.send(rdy(100))
+    producer = await tcp_conn(nsqd)
+    for n in range(20):
+        await producer.send(pub("t", b"m%d" % n))
+        assert await producer.response() == b"OK"
+        for consumer in consumers:
+            message = await consumer.message()
+            assert message.body == b"m%d" % n
+            await consumer.send(fin(message.id))
+    # Every message went out with the publisher's write: no pump was woken for them.
+    assert [c.pump_scope for c in clients] == [None, None]
+    assert _tasks_named("_run_pump") == []
+    for conn in (*consumers, producer):
+        await conn.aclose()
+
+
+async def test_what_a_subscribers_socket_cannot_take_goes_through_its_pump(
+    nursery: trio.Nursery, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    nsqd = await start_nsqd(nursery, str(tmp_path), max_msg_size=1 << 20)
+    consumer = await tcp_conn(nsqd)
+    client = await _client(nsqd)
+    await consumer.send(sub("t", "c"))
+    assert await consumer.response() == b"OK"
+    await consumer.send(rdy(2500))
+    producer = await tcp_conn(nsqd)
+    body = bytes(range(256)) * 1000
+    count = 64  # 16 MB: more than the socket buffers take while the consumer does not read
+    for n in range(count):
+        await producer.send(pub("t", body + b"%d" % n))
+        assert await producer.response() == b"OK"
+    assert client.pump_scope is not None  # a write fell short: the pump sends the rest
+    for n in range(count):
+        message = await consumer.message()
+        assert message.body == body + b"%d" % n
+    for conn in (consumer, producer):
+        await conn.aclose()
 
 
 async def test_a_closed_connection_is_forgotten_by_the_heartbeat_task(

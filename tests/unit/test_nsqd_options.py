@@ -99,8 +99,8 @@ tls-required tls-min-version deflate max-deflate-level snappy enable-experiment
 )
 
 #: trionsq's own flags, beyond NSQ's: opt-in, their defaults leave nsqd NSQ's.
-TRIONSQ_DEFAULTS: dict[str, object] = {"sync_ack": False}
-TRIONSQ_FLAGS = ["sync-ack"]
+TRIONSQ_DEFAULTS: dict[str, object] = {"sync_ack": False, "busy_poll": 0.0001}
+TRIONSQ_FLAGS = ["sync-ack", "busy-poll"]
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -373,6 +373,8 @@ def test_set_option_by_cfg_key() -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
+        ({"busy_poll": -0.001}, "--busy-poll must be between 0 and 10ms"),
+        ({"busy_poll": 0.5}, "--busy-poll must be between 0 and 10ms"),
         ({"max_deflate_level": 0}, "--max-deflate-level must be [1,9]"),
         ({"max_deflate_level": 10}, "--max-deflate-level must be [1,9]"),
         ({"node_id": -1}, "--node-id must be [0,1024)"),

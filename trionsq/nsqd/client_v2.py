@@ -15,9 +15,10 @@ deadline is capped by --max-msg-timeout can fall out of that order: its id goes 
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
@@ -31,6 +32,7 @@ from ..protocol.client_states import (  # noqa: F401
 )
 from ..protocol.frames import HEARTBEAT_FRAME
 from .heartbeats import PumpStarter
+from .socket_stream import DirectSocketStream
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
     from .channel import Channel
     from .nsqd import NSQD
     from .topic import Topic
+
+#: `ClientV2.irregular` until SUB: nothing can be in flight before. Immutable, so that a use
+#: before SUB fails loudly instead of sharing state between clients.
+_NOT_SUBSCRIBED = cast("set[bytes]", frozenset())
 
 #: Unsent bytes beyond which a client gets no more messages until its output drains, so a
 #: consumer that stops reading holds at most this much (plus one batch) of the daemon's memory.
@@ -111,7 +117,8 @@ class ClientV2:
         self.rdy = 0
         self.channel: Channel | None = None
         self.in_flight: dict[bytes, InFlight] = {}
-        self.irregular: set[bytes] = set()
+        # Made at SUB (`subscribed`): a connection that never subscribes keeps no set.
+        self.irregular: set[bytes] = _NOT_SUBSCRIBED
         self.out = bytearray()
         self.sending = False
         # --sync-ack: this read batch published, and its answers wait for the fsync
@@ -120,7 +127,8 @@ class ClientV2:
         #: Topics this read batch published to, moved on to their channels once answered.
         self.pump_later: list[Topic] = []
         self.holding = False
-        self.send_done = trio.lowlevel.ParkingLot()
+        # Made when a task first waits for another's send (`drain`).
+        self.send_done: trio.lowlevel.ParkingLot | None = None
         # A `PumpStarter` until the message pump runs (heartbeats.py), then the pump's wake-up.
         self.wake: Wakeup | PumpStarter = PumpStarter(self)
         self.pump_scope: trio.CancelScope | None = None
@@ -172,8 +180,33 @@ class ClientV2:
             out[pos + 17] = attempts & 0xFF
             in_flight[frame[18:34]] = (frame, deadline, now)
         self.message_count += len(frames)
-        self.wake.set()
+        sending_now = self.nsqd.sending_now
+        if sending_now is None:
+            self.wake.set()
+        else:
+            sending_now.append(self)
         return deadline
+
+    def send_now(self) -> None:
+        """Send what is buffered with one non-blocking write, from the task that delivered it
+        (`NSQD.sending_now`), when nothing of this client's is being sent; what the socket does
+        not take now, or a stream that is not a plain socket, goes to the message pump."""
+        out = self.out
+        if not out:
+            return
+        stream = self.stream
+        if self.sending or self.holding or type(stream) is not DirectSocketStream:
+            self.wake.set()
+            return
+        try:
+            sent = os.write(stream.fileno, out)
+        except OSError:  # BlockingIOError, or an error the pump's send reports
+            sent = 0
+        if sent == len(out):
+            self.out = bytearray()
+        else:
+            del out[:sent]
+            self.wake.set()
 
     def earliest_deadline(self) -> float:
         in_flight = self.in_flight
@@ -191,6 +224,11 @@ class ClientV2:
         if entry is not None and self.irregular:
             self.irregular.discard(message_id)
         return entry
+
+    def subscribed(self, channel: Channel) -> None:
+        """SUB succeeded: the client takes part in `channel`'s deliveries from now on."""
+        self.irregular = set()
+        self.channel = channel
 
     def close_connection(self) -> None:
         """End this connection from outside it (its channel was deleted)."""
@@ -222,6 +260,8 @@ class ClientV2:
         """Send everything buffered, waiting for another task's send under way (before a
         connection closes, so that a last error frame is not lost)."""
         while self.sending:
+            if self.send_done is None:
+                self.send_done = trio.lowlevel.ParkingLot()
             await self.send_done.park()
         await self.flush()
 

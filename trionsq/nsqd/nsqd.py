@@ -137,6 +137,9 @@ class NSQD:
         self.lookup = LookupPeers(self)
         #: Heartbeats of the connections that have no message pump (heartbeats.py).
         self.heartbeats = Heartbeats()
+        #: While a task delivers and then sends the messages itself (`protocol_v2._pump`):
+        #: the clients given messages, instead of waking their message pumps.
+        self.sending_now: list[ClientV2] | None = None
         self.memory_trimmer = MemoryTrimmer(run_blocking)
 
     # -- topics ---------------------------------------------------------------------------

@@ -81,6 +81,8 @@ class NSQDOptions:
     tcp_address: str = "0.0.0.0:4150"
     http_address: str = "0.0.0.0:4151"
     https_address: str = "0.0.0.0:4152"
+    # beyond NSQ: keep the event loop polling this long after a read finds nothing (busy_poll.py)
+    busy_poll: float = 0.0001
     broadcast_address: str = field(default_factory=socket.gethostname)
     broadcast_tcp_port: int = 0
     broadcast_http_port: int = 0
@@ -193,6 +195,8 @@ class NSQDOptions:
             self.log_level = parse_log_level(self.log_level)
         except ValueError as exc:
             raise ValidationError(str(exc)) from None
+        if not 0 <= self.busy_poll <= 0.01:
+            raise ValidationError("--busy-poll must be between 0 and 10ms")
         if not 1 <= self.max_deflate_level <= 9:
             raise ValidationError("--max-deflate-level must be [1,9]")
         if not 0 <= self.node_id < 1024:
@@ -249,6 +253,15 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
         STRING,
         None,
         "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)",
+        {},
+    ),
+    (
+        "busy-poll",
+        DURATION,
+        None,
+        "[trionsq] keep polling for this long after a connection finds nothing to read, "
+        "rather than sleep at once: lower latency for request-reply traffic at the cost of "
+        "CPU time while traffic flows (0 to disable)",
         {},
     ),
     (
