@@ -166,7 +166,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         raw_defer = first(params, "defer")
         if raw_defer is not None:
             delay_ms = _go_int64(raw_defer)
-            if delay_ms is None or not 0 <= delay_ms <= opts.max_req_timeout * 1000:
+            if delay_ms is None or not 0 <= delay_ms <= opts.defer_limit * 1000:
                 raise HTTPError(400, "INVALID_DEFER")
             delay = delay_ms / 1000
         await _put(nsqd, topic, [body], delay)
