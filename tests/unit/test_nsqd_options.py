@@ -99,8 +99,12 @@ tls-required tls-min-version deflate max-deflate-level snappy enable-experiment
 )
 
 #: trionsq's own flags, beyond NSQ's: opt-in, their defaults leave nsqd NSQ's.
-TRIONSQ_DEFAULTS: dict[str, object] = {"sync_ack": False, "busy_poll": 0.0001}
-TRIONSQ_FLAGS = ["sync-ack", "busy-poll"]
+TRIONSQ_DEFAULTS: dict[str, object] = {
+    "sync_ack": False,
+    "busy_poll": 0.0001,
+    "max_defer_timeout": 0.0,
+}
+TRIONSQ_FLAGS = ["sync-ack", "busy-poll", "max-defer-timeout"]
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -294,6 +298,28 @@ version = true
     assert opts.explicit_fields == {"config", "mem_queue_size"}
     assert "node_id" in opts.config_fields
     assert "mem_queue_size" not in opts.config_fields
+
+
+def test_max_defer_timeout_falls_back_to_max_req_timeout(tmp_path: Path) -> None:
+    # Unset (0), DPUB's limit is --max-req-timeout's, as in NSQ; set, it is its own.
+    assert NSQDOptions().defer_limit == 3600.0
+    assert parse_nsqd_args(["--max-req-timeout=2m"]).defer_limit == 120.0
+    opts = parse_nsqd_args(["--max-req-timeout=2m", "--max-defer-timeout=24h"])
+    assert (opts.max_defer_timeout, opts.defer_limit, opts.max_req_timeout) == (
+        86400.0,
+        86400.0,
+        120.0,
+    )
+    path = _write(tmp_path, 'max_defer_timeout = "90m"\n')
+    assert parse_nsqd_args(["--config", path]).defer_limit == 5400.0
+    path = _write(tmp_path, "max_defer_timeout = 1500\n")  # integers are milliseconds
+    assert parse_nsqd_args(["--config", path]).defer_limit == 1.5
+    opts = parse_nsqd_args(["--max-defer-timeout=-1s"])
+    with pytest.raises(ValidationError, match="--max-defer-timeout must be >= 0"):
+        opts.validate()
+    with pytest.raises(HelpRequested) as info:
+        parse_nsqd_args(["--help"])
+    assert "  -max-defer-timeout duration\n    \t[trionsq] maximum defer time" in (info.value.usage)
 
 
 def test_config_tls_required_bool(tmp_path: Path) -> None:

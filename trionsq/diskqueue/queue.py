@@ -45,6 +45,7 @@ from .files import (
     write_file_atomically,
 )
 from .fs import LOCAL, O_CREAT, O_RDONLY, O_TRUNC, O_WRONLY, FileSystem, write_all
+from .peek import QueuePeek
 from .recovery import Recovered, log_recovery, recover
 
 if TYPE_CHECKING:
@@ -706,6 +707,27 @@ class DiskQueue:
         self._read_pos = 0
         self._reset_read_buffer()
         self._request_sync()
+
+    # -- peeking --------------------------------------------------------------------------
+
+    def peek(self) -> QueuePeek:
+        """Capture where the unread records are, for a read-only look at them in a worker
+        thread (peek.py); nothing of the queue's state changes."""
+        skip = frozenset(self._held) | frozenset(self.owed) if self._held or self.owed else None
+        return QueuePeek(
+            fs=self._fs,
+            data_path=self.data_path,
+            name=self.name,
+            min_msg_size=self.min_msg_size,
+            max_msg_size=self.max_msg_size,
+            read_file=self._read_file,
+            read_pos=self._read_pos,
+            write_file=self._write_file,
+            write_pos=self._write_pos,
+            old_segments=tuple(n for n in self._segments_at_open if n >= self._read_file),
+            first_own_file=self._first_own_file,
+            skip=skip or frozenset(),
+        )
 
     # -- consumption ----------------------------------------------------------------------
 

@@ -257,6 +257,26 @@ class ClusterInfo:
         ]
         return aggregate.collect_stats(answers, topic, channel, self._clock())
 
+    async def peek_channel(
+        self, producers: Sequence[Json], topic: str, channel: str, n: str
+    ) -> list[Json]:
+        """Beyond NSQ: ``/channel/peek`` on each producer of `topic`, in producer order: its
+        answer with ``node`` added, or ``{"node", "error"}`` in plain words for a node that
+        failed (a Go nsqd has no such route: 404; a node without the channel: 404 too). Such
+        failures are the page's to show per node, not banner errors."""
+        addresses = [aggregate.producer_http_address(p) for p in producers]
+        path = f"/channel/peek?{_qs(topic=topic, channel=channel, n=n)}"
+        results = await gather([partial(self.client.get_json, a, path) for a in addresses])
+        nodes: list[Json] = []
+        for address, result in zip(addresses, results, strict=True):
+            if isinstance(result, UpstreamError):
+                nodes.append({"node": address, "error": result.words})
+            elif isinstance(result, dict):
+                nodes.append({"node": address, **result})
+            else:
+                nodes.append({"node": address, "error": "invalid JSON answer"})
+        return nodes
+
     async def probe(self, producers: Sequence[Json], report: Report) -> None:
         """Extension (c): ``/ping`` every producer not already known to be unreachable, mark
         those that do not answer ``unreachable``."""

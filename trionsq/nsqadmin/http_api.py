@@ -78,6 +78,9 @@ _PAGES = (
     "/lookup",
 )
 
+#: The most messages a peek asks each nsqd for (nsqd's own limit).
+_PEEK_MAX_N = 1000
+
 #: The request headers a notification uses.
 _NOTIFY_HEADERS = ("Host", "User-Agent", "Authorization", "X-Scheme")
 
@@ -367,6 +370,17 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
         stats = channels.get(channel) or aggregate.aggregate_channel(topic, channel, [])
         aggregate.sort_clients_by_node_topology(stats["clients"])
         return stats
+
+    @api("/api/topics/<topic>/<channel>/peek", ["GET"])
+    async def channel_peek(report: Report, topic: str, channel: str) -> Json:
+        """Beyond NSQ: each nsqd's ``/channel/peek`` of the channel (docs/nsqadmin.md,
+        extension (d)). Message bodies are data, not stats: only admin users may see them."""
+        require_admin()
+        n = first(query(), "n") or "10"
+        if not (n.isascii() and n.isdigit() and 1 <= int(n) <= _PEEK_MAX_N):
+            raise HTTPError(400, "INVALID_N")
+        producers = await admin.cluster.topic_producers(topic, report)
+        return {"nodes": await admin.cluster.peek_channel(producers, topic, channel, n)}
 
     @api("/api/nodes", ["GET"])
     async def nodes(report: Report) -> Json:

@@ -41,6 +41,7 @@ from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.parser import CommandParser
 from .backend import BackendError
+from .peek import parse_n, peek_channel, peek_topic
 from .prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .prometheus import render_prometheus
 from .stats import format_text, snapshot
@@ -166,7 +167,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         raw_defer = first(params, "defer")
         if raw_defer is not None:
             delay_ms = _go_int64(raw_defer)
-            if delay_ms is None or not 0 <= delay_ms <= opts.max_req_timeout * 1000:
+            if delay_ms is None or not 0 <= delay_ms <= opts.defer_limit * 1000:
                 raise HTTPError(400, "INVALID_DEFER")
             delay = delay_ms / 1000
         await _put(nsqd, topic, [body], delay)
@@ -281,6 +282,19 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         existing_channel()[1].unpause()
         await persisted()
 
+    # -- beyond NSQ: peek (docs/nsqd.md, "Beyond NSQ: peek") ----------------------------
+
+    @route("/topic/peek", ["GET"])
+    async def topic_peek() -> Any:
+        params = query()
+        topic = existing_topic(nsqd, params, validate=True)
+        return await peek_topic(nsqd, topic, _peek_n(params))
+
+    @route("/channel/peek", ["GET"])
+    async def channel_peek() -> Any:
+        channel = existing_channel()[1]
+        return await peek_channel(nsqd, channel, _peek_n(query()))
+
     @route("/config/<opt>", ["GET", "PUT"])
     async def config(opt: str) -> Any:
         if request.method == "PUT":
@@ -330,6 +344,13 @@ def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list
         raise HTTPError(413, err.code[2:]) from None
     assert command is not None and isinstance(command.body, list)
     return command.body
+
+
+def _peek_n(params: dict[str, list[str]]) -> int:
+    n = parse_n(first(params, "n"))
+    if n is None:
+        raise HTTPError(400, "INVALID_N")
+    return n
 
 
 def _go_int64(text: str) -> int | None:

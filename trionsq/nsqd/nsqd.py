@@ -77,9 +77,10 @@ class NSQD:
         run_blocking: BlockingRunner = trio.to_thread.run_sync,
         fs: FileSystem = LOCAL,
     ) -> None:
-        """`run_blocking` runs disk syncs, queue recovery and nsqd.dat writes (a worker thread;
-        tests on a MockClock pass an inline runner, so the clock does not jump while a thread
-        works). `fs`: the file system under the data path (tests simulate a disk)."""
+        """`run_blocking` runs disk syncs, queue recovery, nsqd.dat writes and peeks at disk
+        queues (a worker thread; tests on a MockClock pass an inline runner, so the clock does
+        not jump while a thread works). `fs`: the file system under the data path (tests
+        simulate a disk)."""
         self.options = options
         self.fs = fs
         #: Message IDs for every topic: one generator, so that IDs are unique and increasing
@@ -122,7 +123,7 @@ class NSQD:
         self._scan_wake = Wakeup()
         self._scan_target = math.inf
         self._lock_fd: int | None = None
-        self._run_blocking = run_blocking
+        self.run_blocking = run_blocking
         self.disk_syncer = DiskSyncer(options.sync_timeout, run_blocking, sync_ack=options.sync_ack)
         self.metadata = metadata.MetadataWriter(
             metadata.metadata_path(options.data_path or os.getcwd()),
@@ -294,7 +295,7 @@ class NSQD:
             raise StartupError(f"failed to load metadata - {err}") from err
         if self.options.sync_ack:
             log.info("NSQ: --sync-ack: publishes are answered once fsynced")
-        self._recovered = await self._run_blocking(
+        self._recovered = await self.run_blocking(
             recover_queues, self, metadata.queue_names(saved_topics)
         )
         try:

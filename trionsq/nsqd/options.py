@@ -115,6 +115,8 @@ class NSQDOptions:
     max_msg_size: int = 1024 * 1024
     max_body_size: int = 5 * 1024 * 1024
     max_req_timeout: float = 3600.0
+    # beyond NSQ (NSQ #1499): DPUB's and /pub?defer's limit; 0 (unset): --max-req-timeout's
+    max_defer_timeout: float = 0.0
     client_timeout: float = 60.0  # no flag
 
     # client overridable configuration options
@@ -157,6 +159,12 @@ class NSQDOptions:
     #: fields given explicitly on the command line / taken from the config file
     explicit_fields: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     config_fields: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @property
+    def defer_limit(self) -> float:
+        """The longest deferral DPUB and ``/pub?defer=`` accept, in seconds:
+        --max-defer-timeout when set, else --max-req-timeout (Go nsqd's only limit)."""
+        return self.max_defer_timeout or self.max_req_timeout
 
     def has_experiment(self, name: str) -> bool:
         """True when ``--enable-experiment=name`` was given."""
@@ -213,6 +221,8 @@ class NSQDOptions:
             raise ValidationError(f'unknown tlsVersionOption "{self.tls_min_version}"')
         if self.auth_http_request_method not in ("post", "get"):
             raise ValidationError("--auth-http-request-method must be post or get")
+        if self.max_defer_timeout < 0:
+            raise ValidationError("--max-defer-timeout must be >= 0")
         for p in self.e2e_processing_latency_percentiles:
             if not 0 < p <= 1:
                 raise ValidationError(f"invalid E2E processing latency percentile: {p:g}")
@@ -381,6 +391,14 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
     ),
     ("max-msg-size", INT, None, "maximum size of a single message in bytes", {}),
     ("max-req-timeout", DURATION, None, "maximum requeuing timeout for a message", {}),
+    (
+        "max-defer-timeout",
+        DURATION,
+        None,
+        "[trionsq] maximum defer time for DPUB and /pub?defer= (default: --max-req-timeout, "
+        "the only limit in NSQ)",
+        {},
+    ),
     ("max-body-size", INT, None, "maximum size of a single command body", {}),
     (
         "max-heartbeat-interval",

@@ -314,7 +314,8 @@ def _new_parser(nsqd: NSQD, client: ClientV2) -> CommandParser:
     return CommandParser(
         max_msg_size=opts.max_msg_size,
         max_body_size=opts.max_body_size,
-        max_req_timeout_ms=int(opts.max_req_timeout * 1000),
+        # The parser checks DPUB's delay against it (--max-defer-timeout, or --max-req-timeout).
+        max_req_timeout_ms=int(opts.defer_limit * 1000),
         check_line=check,
         new_id_runs=nsqd.guid.next_id_runs,  # publishes arrive framed (topic.put_frames)
     )

@@ -1,11 +1,12 @@
 // A channel: its numbers per nsqd, its clients (address, user agent, TLS / snappy / deflate /
-// auth identity, ready count, in flight, finished, requeued, connected for) and its actions.
+// auth identity, ready count, in flight, finished, requeued, connected for), its actions, and
+// (beyond NSQ) a peek at the messages it holds on each nsqd, on demand (not polled).
 
 import { api, isNotFound } from "../api.js";
 import { h, render } from "../dom.js";
-import { enc } from "../config.js";
 import { RateTracker, sparkline } from "../chart.js";
 import { commafy, connectedFor } from "../format.js";
+import { config, enc } from "../config.js";
 import { runAction } from "../actions.js";
 import { unansweredMap } from "../banners.js";
 import {
@@ -29,6 +30,7 @@ import {
 
 let topic = "";
 let channel = "";
+let peekBox = null;
 
 export function mount(root, params, ctx) {
   topic = params.topic;
@@ -38,10 +40,13 @@ export function mount(root, params, ctx) {
   const title = h("h1", { testid: "page-title" });
   const actions = h("div");
   const body = h("div", { testid: "channel-body" });
+  // Outside `body`, which every poll re-renders: peeked messages stay until peeked again.
+  peekBox = h("div", { testid: "peek-results" });
   root.append(
     h("nav.crumbs", link("/topics", "Topics"), h("span", "›"), link(topicPath(topic), topic, { testid: "crumb-topic" }), h("span", "›"), h("span", channel)),
     h("div.page-head", title, actions),
     body,
+    peekSection(),
   );
   render(title, h("span.kind", "Channel "), channel, h("span.kind", " of topic "), topic);
 
@@ -153,6 +158,96 @@ export function mount(root, params, ctx) {
   });
 }
 
+// -- peek (beyond NSQ) ---------------------------------------------------------------------
+
+function peekSection() {
+  const head = h("h2", "Peek at messages");
+  if (!config.isAdmin) {
+    return h("section.peek", { testid: "peek" }, head, h("p.readonly-note", { testid: "peek-readonly" }, "Read-only: message bodies are only shown to nsqadmin's admin users."));
+  }
+  return h(
+    "section.peek",
+    { testid: "peek" },
+    head,
+    h(
+      "p.muted",
+      "The messages queued on each nsqd (in memory, then on disk, in delivery order) and the deferred ones, without consuming or changing them. In-flight messages are not shown.",
+    ),
+    h(
+      "div.peek-controls",
+      h("label", { for: "peek-n" }, "Messages per nsqd "),
+      h("input", { id: "peek-n", type: "number", min: "1", max: "1000", value: "10", testid: "peek-n" }),
+      " ",
+      h("button.btn.btn-primary", { type: "button", data: { action: "peek" }, testid: "peek-button" }, "Peek"),
+    ),
+    peekBox,
+  );
+}
+
+async function peek(button) {
+  const input = document.getElementById("peek-n");
+  const n = Math.min(1000, Math.max(1, Number.parseInt(input && input.value, 10) || 10));
+  button.disabled = true;
+  render(peekBox, h("p.muted", { testid: "peek-loading" }, "Peeking…"));
+  try {
+    const data = await api.get(`/topics/${enc(topic)}/${enc(channel)}/peek?n=${n}`);
+    const nodes = data.nodes || [];
+    render(peekBox, nodes.length ? nodes.map(peekNode) : empty("No nsqd has this topic.", "peek-empty"));
+  } catch (err) {
+    render(peekBox, h("div.notice", { testid: "peek-error" }, `Could not peek: ${err.message}`));
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function peekError(error) {
+  if (/CHANNEL_NOT_FOUND/.test(error)) return "This nsqd does not have this channel.";
+  if (/TOPIC_NOT_FOUND/.test(error)) return "This nsqd does not have this topic.";
+  if (/^HTTP 404\b/.test(error)) return "This nsqd cannot peek: it has no /channel/peek (Go nsqd has none).";
+  return `This nsqd did not answer the peek: ${error}`;
+}
+
+function peekNode(n) {
+  const title = h("h3", { testid: "peek-node-name" }, link(nodePath(n.node), n.node));
+  if (n.error) {
+    return h("div.peek-node", { testid: "peek-node", data: { node: n.node, key: n.node } }, title, empty(peekError(n.error), "peek-node-error"));
+  }
+  const messages = n.messages || [];
+  const deferred = n.deferred || [];
+  const summary = h(
+    "p.muted",
+    { testid: "peek-summary" },
+    `${commafy(n.depth)} queued · ${commafy(n.deferred_count)} deferred · ${commafy(n.in_flight_count)} in flight`,
+    n.paused ? " · paused" : "",
+  );
+  const rows = [...messages, ...deferred].map((m) =>
+    h(
+      "tr",
+      { testid: "peek-message", data: { id: m.id, queue: m.queue, key: `${m.queue}|${m.id}` } },
+      h("td", h("code", { testid: "peek-id" }, m.id)),
+      h("td", { testid: "peek-queue" }, m.queue),
+      num(m.attempts, "peek-attempts"),
+      h("td", { testid: "peek-timestamp", title: String(m.timestamp) }, new Date(m.timestamp / 1e6).toLocaleString()),
+      h("td", { testid: "peek-due" }, m.deferred_until ? new Date(m.deferred_until / 1e6).toLocaleString() : h("span.muted", "–")),
+      h(
+        "td.peek-body",
+        m.body_encoding === "base64" ? badge("base64", "", { testid: "peek-base64", title: "not printable text: shown as base64" }) : null,
+        m.body_encoding === "base64" ? " " : null,
+        h("code", { testid: "peek-body" }, m.body),
+      ),
+    ),
+  );
+  const table = rows.length
+    ? h(
+        "table.grid.peek-table",
+        { testid: "peek-table" },
+        h("thead", h("tr", h("th", "ID"), h("th", "Queue"), h("th.num", "Attempts"), h("th", "Published"), h("th", "Due"), h("th", "Body"))),
+        h("tbody", rows),
+      )
+    : empty("Nothing is queued or deferred here.", "peek-node-empty");
+  return h("div.peek-node", { testid: "peek-node", data: { node: n.node, key: n.node } }, title, summary, table);
+}
+
 export function clientBadges(c, { plain = true } = {}) {
   const out = [];
   if (c.tls) {
@@ -174,6 +269,7 @@ export function clientBadges(c, { plain = true } = {}) {
 }
 
 export const actions = {
+  peek: (_d, _ctx, button) => peek(button),
   pause: (_d, ctx) =>
     runAction({
       confirm: `Pause channel ${channel} of topic ${topic}? Its consumers get no messages until it is unpaused.`,
