@@ -99,8 +99,14 @@ tls-required tls-min-version deflate max-deflate-level snappy enable-experiment
 )
 
 #: trionsq's own flags, beyond NSQ's: opt-in, their defaults leave nsqd NSQ's.
-TRIONSQ_DEFAULTS: dict[str, object] = {"sync_ack": False}
-TRIONSQ_FLAGS = ["sync-ack"]
+TRIONSQ_DEFAULTS: dict[str, object] = {
+    "sync_ack": False,
+    # bounded queues
+    "max_queue_depth": 0,
+    "max_queue_bytes": 0,
+    "queue_full_policy": "reject",
+}
+TRIONSQ_FLAGS = ["sync-ack", "max-queue-depth", "max-queue-bytes", "queue-full-policy"]
 
 
 def _write(tmp_path: Path, text: str) -> str:
