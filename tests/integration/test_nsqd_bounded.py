@@ -225,12 +225,18 @@ async def test_drop_oldest_never_drops_a_message_in_flight(nursery, tmp_path):
     channel = nsqd.topics["t"].channels["c"]
     assert (channel.depth, channel.in_flight_count, channel.dropped_count) == (2, 3, 8)
     # the in-flight ones finish and requeue as usual; a requeue is never dropped (the queue
-    # may pass its limit by what comes back)
+    # passes its limit by what comes back)
+    await consumer.send(b"RDY 0\n")
     await consumer.send(fin(in_flight[0].id))
     await consumer.send(req(in_flight[1].id, 0))
     await consumer.send(fin(in_flight[2].id))
+    with trio.fail_after(5):
+        while channel.in_flight_count:
+            await trio.sleep(0.01)
+    assert (channel.depth, channel.dropped_count) == (3, 8)
     await consumer.send(b"RDY 10\n")
-    again = await consumer.messages(3)
+    with trio.fail_after(5):
+        again = await consumer.messages(3)
     assert sorted(m.body for m in again) == [b"8", b"9", b"b"]
     assert channel.dropped_count == 8
 
@@ -341,10 +347,10 @@ async def test_without_limits_stats_and_metrics_keep_nsqs_shape(nursery, tmp_pat
 
 
 async def test_a_full_disk_still_loses_no_acknowledged_message(nursery, tmp_path, monkeypatch):
+    # the topic is at its limit: a publish would drop its oldest, but only once written
     nsqd = await bounded(
-        nursery, tmp_path, max_queue_depth=100, queue_full_policy="drop-oldest", mem_queue_size=0
+        nursery, tmp_path, max_queue_depth=5, queue_full_policy="drop-oldest", mem_queue_size=0
     )
-    consumer = await Conn.consumer(nsqd, "t", "c", ready=0)
     producer = await Conn.open(nsqd)
     await publish(producer, "t", [b"before %d" % i for i in range(5)])
     disk = FullDisk(monkeypatch)
@@ -353,12 +359,12 @@ async def test_a_full_disk_still_loses_no_acknowledged_message(nursery, tmp_path
         b"E_PUB_FAILED PUB failed failed to write to disk - No space left on device"
     )
     assert await producer.closed()
-    topic, channel = nsqd.topics["t"], nsqd.topics["t"].channels["c"]
-    assert (topic.dropped_count, channel.dropped_count) == (0, 0)
-    await consumer.send(b"RDY 10\n")
+    topic = nsqd.topics["t"]
+    assert (topic.depth, topic.dropped_count) == (5, 0)
+    disk.free()
+    consumer = await Conn.consumer(nsqd, "t", "c", ready=10)
     delivered = await consumer.messages(5)
     assert sorted(m.body for m in delivered) == [b"before %d" % i for i in range(5)]
-    disk.free()
     producer = await Conn.open(nsqd)
     await publish(producer, "t", [b"after"])
     assert (await consumer.message()).body == b"after"
