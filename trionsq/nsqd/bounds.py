@@ -207,31 +207,42 @@ def admit(topic: Topic, frames: list[bytes]) -> None:
     messages still queued in the topic."""
     limits = topic.limits
     if limits is not None and not limits.drop_oldest:
-        _check(topic, "topic", topic.name, limits, frames, 0)
+        _check(topic, limits, frames, 0, None)
+    pending = -1
     for channel in topic.channels.values():
         limits = channel.limits
         if limits is not None and not limits.drop_oldest:
-            _check(channel, "channel", f"{topic.name}:{channel.name}", limits, frames, topic.depth)
+            if pending < 0:
+                pending = topic.depth
+            _check(channel, limits, frames, pending, topic)
 
 
 def _check(
-    queue: Queue, kind: str, name: str, limits: Limits, frames: list[bytes], pending: int
+    queue: Queue, limits: Limits, frames: list[bytes], pending: int, topic: Topic | None
 ) -> None:
+    """Raise QueueFull if `queue` (a channel of `topic`, or the topic when None) has no room
+    for `frames` with `pending` more messages on their way to it."""
     count = len(frames)
     if limits.max_depth:
-        queued = queue.depth + pending
+        queued = len(queue.memory) + queue.backend.depth + pending
         if queued + count > limits.max_depth:
             queue.rejected_count += count
             raise QueueFull(
-                f"{kind} {name} is full ({queued} queued, max depth {limits.max_depth})"
+                f"{_full(queue, topic)} ({queued} queued, max depth {limits.max_depth})"
             )
     if limits.max_bytes:
         disk = queue.backend.depth_bytes
         if disk + _bytes_to_disk(queue, frames) > limits.max_bytes:
             queue.rejected_count += count
             raise QueueFull(
-                f"{kind} {name} is full ({disk} bytes on disk, max bytes {limits.max_bytes})"
+                f"{_full(queue, topic)} ({disk} bytes on disk, max bytes {limits.max_bytes})"
             )
+
+
+def _full(queue: Queue, topic: Topic | None) -> str:
+    if topic is None:
+        return f"topic {queue.name} is full"
+    return f"channel {topic.name}:{queue.name} is full"
 
 
 def _bytes_to_disk(queue: Queue, frames: list[bytes]) -> int:
