@@ -17,9 +17,22 @@ import pytest
 import trio
 
 from tests.integration.test_nsqd_durability import FullDisk
+from tests.integration.test_nsqd_power_cut import _drain, _options
 from tests.nsqd_harness import Conn, start_nsqd
+from trionsq.diskqueue.simulated import SimulatedDisk
 from trionsq.nsqd.nsqd import NSQD
-from trionsq.protocol import dpub, fin, mpub, pub, req
+from trionsq.protocol import (
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    decode_message,
+    dpub,
+    fin,
+    mpub,
+    pub,
+    rdy,
+    req,
+    sub,
+)
 
 
 async def stop(nsqd: NSQD) -> None:
@@ -368,3 +381,69 @@ async def test_a_full_disk_still_loses_no_acknowledged_message(nursery, tmp_path
     producer = await Conn.open(nsqd)
     await publish(producer, "t", [b"after"])
     assert (await consumer.message()).body == b"after"
+
+
+async def test_reject_with_sync_ack_keeps_every_acknowledged_message_across_a_power_cut() -> None:
+    """Publishers against full queues (the topic's and a slow channel's, reject) on a
+    simulated disk whose power is cut: every message answered OK comes back."""
+    import random
+
+    rng = random.Random(5)
+    disk = SimulatedDisk()
+    options = _options(sync_ack=True, sync_timeout=0.05, max_queue_depth=40)
+    acked: set[bytes] = set()
+    finished: set[bytes] = set()
+    refused = 0
+
+    async def publisher(nsqd: NSQD, tag: int) -> None:
+        nonlocal refused
+        conn = await Conn.open(nsqd)
+        n = 0
+        try:
+            while True:
+                bodies = [b"p%d-%d" % (tag, n + i) for i in range(10)]
+                n += 10
+                await conn.send(mpub("powercut", bodies))
+                frame = await conn.frame()
+                if frame == (FRAME_TYPE_RESPONSE, b"OK"):
+                    acked.update(bodies)
+                elif b"is full" in frame[1]:
+                    refused += 1
+                    await trio.sleep(0.005)
+                else:
+                    return  # the disk is gone
+        except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+
+    async def consumer(nsqd: NSQD) -> None:
+        conn = await Conn.open(nsqd)
+        try:
+            await conn.send(sub("powercut", "c") + rdy(5))
+            assert await conn.response() == b"OK"
+            while True:
+                frame_type, data = await conn.frame()
+                if frame_type != FRAME_TYPE_MESSAGE:
+                    return
+                message = decode_message(data)
+                await trio.sleep(0.002)
+                finished.add(bytes(message.body))
+                await conn.send(fin(message.id))
+        except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nsqd = NSQD(options, fs=disk)
+            await nursery.start(nsqd.run)
+            nursery.start_soon(consumer, nsqd)
+            for tag in range(3):
+                nursery.start_soon(publisher, nsqd, tag)
+            await trio.sleep(1.0)
+            survivor = disk.power_cut(rng, torn=True)
+            await trio.sleep(0.2)
+            scope.cancel()
+    assert refused > 0 and len(acked) > 50, (refused, len(acked))
+    owed = acked - finished
+    arrived = await _drain(survivor, options, owed, patience=10)
+    lost = owed - arrived.keys()
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages lost"
