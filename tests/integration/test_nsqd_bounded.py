@@ -16,6 +16,7 @@ import httpx
 import pytest
 import trio
 
+from tests.conformance.nsq_conn import NSQConn
 from tests.integration.test_nsqd_durability import FullDisk
 from tests.integration.test_nsqd_power_cut import _drain, _options
 from tests.nsqd_harness import Conn, start_nsqd
@@ -33,6 +34,7 @@ from trionsq.protocol import (
     req,
     sub,
 )
+from trionsq.testing import DaemonProcess
 
 
 async def stop(nsqd: NSQD) -> None:
@@ -447,3 +449,31 @@ async def test_reject_with_sync_ack_keeps_every_acknowledged_message_across_a_po
     arrived = await _drain(survivor, options, owed, patience=10)
     lost = owed - arrived.keys()
     assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages lost"
+
+
+def test_the_daemon_process_takes_the_flags_and_the_config_file(tmp_path) -> None:
+    """`trionsq nsqd` as a process, over real sockets: a flag, and TOML keys."""
+    config = tmp_path / "nsqd.toml"
+    config.write_text('max_queue_depth = 2\nqueue_full_policy = "reject"\n')
+    data = tmp_path / "data"
+    data.mkdir()
+    args = [f"--config={config}", "--max-queue-bytes=1000000"]
+    with DaemonProcess("nsqd", args=args, data_path=str(data)) as daemon:
+        with NSQConn(daemon.tcp_address) as producer:
+            producer.mpub("t", [b"1", b"2"])
+            producer.send(pub("t", b"3"))
+            producer.expect_error(
+                "E_PUB_FAILED", "PUB failed topic t is full (2 queued, max depth 2)"
+            )
+            producer.pub("u", b"still connected")
+        host, port = daemon.http_address  # type: ignore[misc]
+        with httpx.Client(base_url=f"http://{host}:{port}") as http:
+            response = http.post("/pub?topic=t", content=b"3")
+            assert (response.status_code, response.json()) == (503, {"message": "QUEUE_FULL"})
+            assert http.get("/config/queue_full_policy").text == "reject"
+            stats = http.get("/stats?format=json&topic=t").json()["topics"][0]
+            assert (stats["max_depth"], stats["max_bytes"], stats["rejected_count"]) == (
+                2,
+                1000000,
+                2,
+            )
