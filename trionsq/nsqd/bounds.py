@@ -205,16 +205,32 @@ def admit(topic: Topic, frames: list[bytes]) -> None:
     """Raise QueueFull, counting the refusal, if the topic or one of its channels whose
     policy is ``reject`` has no room for all of `frames`; a channel's backlog counts the
     messages still queued in the topic."""
+    # The usual case, room by depth alone, is decided here without a call (`_check` decides
+    # the rest and words the refusal).
+    count = len(frames)
     limits = topic.limits
-    if limits is not None and not limits.drop_oldest:
+    if (
+        limits is not None
+        and not limits.drop_oldest
+        and (
+            limits.max_bytes
+            or len(topic.memory) + topic.backend.depth + count > limits.max_depth > 0
+        )
+    ):
         _check(topic, limits, frames, 0, None)
     pending = -1
     for channel in topic.channels.values():
         limits = channel.limits
         if limits is not None and not limits.drop_oldest:
             if pending < 0:
-                pending = topic.depth
-            _check(channel, limits, frames, pending, topic)
+                pending = len(topic.memory) + topic.backend.depth
+            if (
+                limits.max_bytes
+                or len(channel.memory) + channel.backend.depth + pending + count
+                > limits.max_depth
+                > 0
+            ):
+                _check(channel, limits, frames, pending, topic)
 
 
 def _check(

@@ -181,7 +181,12 @@ class Topic:
         if limits is None:
             queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)
             return
-        bounds.queue_in_order(self, frames)  # may raise, with nothing queued or dropped
+        # In order (bounds.queue_in_order); may raise, with nothing queued or dropped.
+        memory = self.memory
+        backend = self.backend
+        queue_with_overflow(
+            memory, len(memory) if backend.depth else self.mem_limit, backend, frames
+        )
         if limits.drop_oldest:
             self._dropped_from_disk(bounds.trim(self))
 
