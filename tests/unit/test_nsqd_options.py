@@ -103,8 +103,19 @@ TRIONSQ_DEFAULTS: dict[str, object] = {
     "sync_ack": False,
     "busy_poll": 0.0001,
     "max_defer_timeout": 0.0,
+    # bounded queues
+    "max_queue_depth": 0,
+    "max_queue_bytes": 0,
+    "queue_full_policy": "reject",
 }
-TRIONSQ_FLAGS = ["sync-ack", "busy-poll", "max-defer-timeout"]
+TRIONSQ_FLAGS = [
+    "sync-ack",
+    "busy-poll",
+    "max-defer-timeout",
+    "max-queue-depth",
+    "max-queue-bytes",
+    "queue-full-policy",
+]
 
 
 def _write(tmp_path: Path, text: str) -> str:

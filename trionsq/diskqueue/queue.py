@@ -127,6 +127,10 @@ class DiskQueue:
         self._fs = fs
         #: Messages not yet handed out by `take`.
         self.depth = 0
+        #: Bytes of the records not yet handed out (length prefixes included): what a bounded
+        #: queue's --max-queue-bytes limits. Kept per append and per read batch; after a
+        #: skipped bad or missing segment it is an estimate until the reader reaches the writer.
+        self.depth_bytes = 0
         #: Message ID -> due time (Unix ns) of messages that were deferred at shutdown.
         self.deferred_due: dict[bytes, int] = {}
         self._track = track_consumption
@@ -189,6 +193,7 @@ class DiskQueue:
         log_recovery(self.name, recovered)
         meta = recovered.meta
         self.depth = max(meta.depth, 0)
+        self.depth_bytes = recovered.queued_bytes
         self._read_file, self._read_pos = meta.read_file, meta.read_pos
         self._write_file, self._write_pos = meta.write_file, meta.write_pos
         self._segments_at_open = list(recovered.segments)
@@ -297,6 +302,7 @@ class DiskQueue:
                 self._retired_fds.append(fd)
                 self._wfd = None
             raise
+        self.depth_bytes += new_pos - self._write_pos
         self._write_pos = new_pos
         self.depth += count
         self._data_written()
@@ -381,6 +387,17 @@ class DiskQueue:
             self._forget_runs(min(self.owed.values()) if self.owed else self._handed)
         return out
 
+    def drop(self, max_count: int) -> int:
+        """Drop up to `max_count` messages from the head, as if handed out and finished at
+        once (a bounded queue's drop-oldest); returns how many."""
+        frames = self.take(max_count)
+        if self.owed or self.deferred_due:
+            for frame in frames:
+                message_id = frame[_FRAME_ID]
+                self.release(message_id)
+                self.deferred_due.pop(message_id, None)
+        return len(frames)
+
     def take_records(self, max_count: int) -> tuple[list[bytes], int]:
         """Up to `max_count` records as go-diskqueue bytes (whole records, in one or more
         pieces) and their count: for moving messages to other queues (`put_records`)
@@ -418,6 +435,8 @@ class DiskQueue:
             # position is then never the end of a finished file (go would rename it .bad).
             self._next_read_file()
         at_tail = self._read_file == self._write_file and self._read_pos >= self._write_pos
+        if at_tail:
+            self.depth_bytes = 0
         if self.depth and at_tail:
             log.error(
                 "DISKQUEUE(%s) depth %d at tail, metadata corruption or data loss, resetting 0",
@@ -592,6 +611,7 @@ class DiskQueue:
 
     def _read_done(self, off: int, base: int, consumed: int) -> None:
         self._roff = off
+        self.depth_bytes = max(self.depth_bytes - (base + off - self._read_pos), 0)
         self._read_pos = base + off
         self.depth = max(self.depth - consumed, 0)
         self._count_ops(consumed)
@@ -794,7 +814,7 @@ class DiskQueue:
         self._write_pos = 0
         self._read_file, self._read_pos = self._write_file, 0
         self._reset_read_buffer()
-        self.depth = 0
+        self.depth = self.depth_bytes = 0
         self.owed.clear()
         self._forget_runs(self._handed)
         self.deferred_due.clear()

@@ -63,6 +63,8 @@ class Recovered:
     deferred_file_exists: bool = False
     held: dict[bytes, deferred.Held] = field(default_factory=dict)
     log_size: int = 0
+    #: Bytes of the records from the read position to the write position (`DiskQueue.depth_bytes`).
+    queued_bytes: int = 0
     #: What recovery corrected, and whether that was corruption (logged as an error) or the
     #: ordinary aftermath of a crash (a warning).
     notes: list[str] = field(default_factory=list)
@@ -133,7 +135,11 @@ def recover(
         else:
             depth = meta.depth
     recovered = Recovered(
-        dataclasses.replace(meta, depth=depth), segments, notes=notes, corrupt=corrupt
+        dataclasses.replace(meta, depth=depth),
+        segments,
+        queued_bytes=_queued_bytes(fs, data_path, name, meta, segments),
+        notes=notes,
+        corrupt=corrupt,
     )
     _recover_deferred(fs, data_path, name, recovered)
     return recovered
@@ -220,6 +226,22 @@ def _count_from(
             start = meta.read_pos if num == meta.read_file else 0
             count += _count_records(fs, data_path, name, num, start, limits)
     return count
+
+
+def _queued_bytes(
+    fs: FileSystem, data_path: str, name: str, meta: Metadata, segments: list[int]
+) -> int:
+    """Bytes from the read position to the write position, over the segments that exist."""
+    total = 0
+    for num in segments:
+        if meta.read_file <= num < meta.write_file:
+            try:
+                total += fs.size(data_file_name(data_path, name, num))
+            except OSError:
+                continue
+    if meta.read_file == meta.write_file:
+        return max(meta.write_pos - meta.read_pos, 0)
+    return max(total + meta.write_pos - meta.read_pos, 0)
 
 
 def _count_records(

@@ -36,6 +36,8 @@ class Backend(Protocol):
 
     #: Messages not yet taken.
     depth: int
+    #: Bytes of the records not yet taken (0 for the discarding backend).
+    depth_bytes: int
     #: Message ID -> handed out by `take` and not yet released (for FIN's fast path).
     owed: dict[bytes, int]
     #: Message ID -> due time (Unix ns) of messages written while deferred (at shutdown).
@@ -50,6 +52,10 @@ class Backend(Protocol):
 
     def take(self, max_count: int) -> list[bytes]:
         """Remove and return up to `max_count` messages, oldest first."""
+        ...
+
+    def drop(self, max_count: int) -> int:
+        """Drop up to `max_count` messages from the head (drop-oldest); returns how many."""
         ...
 
     def put_records(self, pieces: list[bytes], count: int) -> None:
@@ -227,6 +233,7 @@ class DiscardBackend:
 
     __slots__ = ()
     depth: ClassVar[int] = 0
+    depth_bytes: ClassVar[int] = 0
     owed: ClassVar[dict[bytes, int]] = {}
     deferred_due: ClassVar[dict[bytes, int]] = {}
     held_deferred: ClassVar[dict[bytes, tuple[int, bytes]]] = {}
@@ -239,6 +246,9 @@ class DiscardBackend:
 
     def take(self, max_count: int) -> list[bytes]:
         return []
+
+    def drop(self, max_count: int) -> int:
+        return 0
 
     def put_records(self, pieces: list[bytes], count: int) -> None:
         pass

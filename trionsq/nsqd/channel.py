@@ -25,6 +25,7 @@ import trio
 
 from ..diskqueue import frames_from_records
 from ..protocol.message import framed_id, with_attempts
+from . import bounds
 from .backend import (
     Backend,
     BackendError,
@@ -57,10 +58,13 @@ class Channel:
         "backlog_skip",
         "clients",
         "deferred",
+        "dropped_count",
         "durable",
         "e2e",
         "ephemeral",
         "exiting",
+        "limit_override",
+        "limits",
         "mem_limit",
         "memory",
         "message_count",
@@ -69,6 +73,7 @@ class Channel:
         "orphans",
         "paused",
         "refill_below",
+        "rejected_count",
         "requeue_count",
         "timeout_count",
         "topic",
@@ -99,6 +104,11 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        # Bounded queues (bounds.py): the channel's own settings and the limits in force.
+        self.limit_override: bounds.LimitOverride | None = None
+        self.limits = bounds.effective(self.nsqd.options, None)
+        self.dropped_count = 0
+        self.rejected_count = 0
         # None unless --e2e-processing-latency-percentile is set: FIN then only tests for None.
         self.e2e: E2ELatency | None = e2e_latency_for_options(self.nsqd.options)
         # Deferred messages the deferred log kept across a restart or crash.
@@ -129,7 +139,25 @@ class Channel:
     def put_many(self, frames: list[bytes]) -> None:
         """Queue messages from the topic pump (counted in message_count)."""
         self.message_count += len(frames)
+        if self.limits is not None:
+            self._put_bounded(frames)
+            return
         queue_with_overflow(self.memory, self.mem_limit, self.backend, frames, spill=True)
+
+    def _put_bounded(self, frames: list[bytes]) -> None:
+        """`put_many` with limits (bounds.py): in order, then drop-oldest if that is the
+        policy (under ``reject`` the topic refused what did not fit before accepting it)."""
+        bounds.queue_in_order(self, frames, spill=True)
+        if self.limits is not None and self.limits.drop_oldest:
+            bounds.trim(self)
+
+    def set_limits(self, override: bounds.LimitOverride | None) -> None:
+        """Replace the channel's own limit settings (None: the flags apply)."""
+        self.limit_override = override or None
+        self.limits = bounds.effective(self.nsqd.options, self.limit_override)
+        self.topic.refresh_bounded()
+        if self.limits is not None and self.limits.drop_oldest:
+            bounds.trim(self)
 
     def take_memory(self, topic: Topic) -> None:
         """Queue every message of the topic's memory queue, which fits in this channel's
@@ -161,6 +189,8 @@ class Channel:
             self.backend.put_records(pieces, count)
         except BackendError:
             self.memory.extend(frames_from_records(pieces))
+        if self.limits is not None and self.limits.drop_oldest:
+            bounds.trim(self)
 
     def defer(self, frame: bytes, delay: float) -> bool:
         """Hold a message for `delay` seconds (REQ with a delay); see `defer_many`."""

@@ -41,6 +41,7 @@ from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.parser import CommandParser
 from .backend import BackendError
+from .bounds import BoundsError, LimitOverride, QueueFull, limits_json
 from .peek import parse_n, peek_channel, peek_topic
 from .prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .prometheus import render_prometheus
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("trionsq.nsqd")
 
 BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
+#: /topic/config and /channel/config's parameters (bounded queues, beyond NSQ).
+_LIMIT_PARAMS = ("max_depth", "max_bytes", "policy")
 
 
 # -- topic and channel lookups --------------------------------------------------------------
@@ -295,6 +298,41 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         channel = existing_channel()[1]
         return await peek_channel(nsqd, channel, _peek_n(query()))
 
+    # -- beyond NSQ: bounded queues (docs/nsqd.md, "Bounded queues") -----------------------
+
+    def configure(owner: Any, params: dict[str, list[str]]) -> dict[str, Any]:
+        """Beyond NSQ: a POST sets a topic's or channel's own queue limits from the
+        parameters given (bounds.py); both methods answer the limits in force."""
+        given = {key: params[key][0] for key in _LIMIT_PARAMS if key in params}
+        if request.method == "POST" and given:
+            override = LimitOverride(**(owner.limit_override or LimitOverride()).to_json())
+            try:
+                override.update(given)
+            except BoundsError as err:
+                raise HTTPError(400, str(err)) from None
+            owner.set_limits(override)
+        return limits_json(owner)
+
+    @route("/topic/config", ["GET", "POST"])
+    async def topic_config() -> dict[str, Any]:
+        params = query()
+        topic = existing_topic(nsqd, params, validate=True)
+        answer = configure(topic, params)
+        if request.method == "POST" and not topic.ephemeral:
+            nsqd.persist_metadata(topic.name)
+            await persisted()
+        return answer
+
+    @route("/channel/config", ["GET", "POST"])
+    async def channel_config() -> dict[str, Any]:
+        params = query()
+        topic, channel = existing_channel()
+        answer = configure(channel, params)
+        if request.method == "POST" and not channel.ephemeral:
+            nsqd.persist_metadata(topic.name)
+            await persisted()
+        return answer
+
     @route("/config/<opt>", ["GET", "PUT"])
     async def config(opt: str) -> Any:
         if request.method == "PUT":
@@ -317,6 +355,9 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
     except (TopicExiting, BackendError):
         # Go nsqd answers every failed put so, a disk failure included.
         raise HTTPError(503, "EXITING") from None
+    except QueueFull:
+        # A full bounded queue (bounds.py): retry later, like any 503.
+        raise HTTPError(503, "QUEUE_FULL") from None
     if nsqd.options.sync_ack and not await nsqd.wait_durable():
         raise HTTPError(503, "EXITING")
 

@@ -1,5 +1,9 @@
 """``nsqd.dat``: which topics and channels exist and which are paused (reference §2.7).
 
+Beyond Go's file, a topic's or channel's own queue limits (bounds.py) are kept under a
+``queue_limits`` key, written only for those that have some: Go's loader ignores it, and a
+daemon that sets none writes Go's file byte for byte.
+
 The file is Go nsqd's JSON, written atomically (temp file, fsync, rename). `MetadataWriter` is
 the nursery task that rewrites it after topics or channels are created, deleted, paused or
 unpaused, in a worker thread; HTTP handlers that Go persists synchronously await `flush`.
@@ -31,6 +35,7 @@ from ..protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
+    from .topic import Topic
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -45,6 +50,8 @@ class MetadataError(Exception):
 class ChannelMetadata:
     name: str
     paused: bool = False
+    #: The channel's own queue limits (`LimitOverride.to_json`), if it has some.
+    limits: dict[str, Any] | None = None
 
 
 @dataclass
@@ -52,6 +59,7 @@ class TopicMetadata:
     name: str
     paused: bool = False
     channels: list[ChannelMetadata] = field(default_factory=list)
+    limits: dict[str, Any] | None = None
 
 
 def metadata_path(data_path: str) -> str:
@@ -99,10 +107,15 @@ def queue_names(topics: list[TopicMetadata]) -> list[str]:
 
 def _topic(raw: dict[str, Any]) -> TopicMetadata:
     channels = [
-        ChannelMetadata(str(c["name"]), bool(c.get("paused", False)))
+        ChannelMetadata(str(c["name"]), bool(c.get("paused", False)), _limits(c))
         for c in (raw.get("channels") or [])
     ]
-    return TopicMetadata(str(raw["name"]), bool(raw.get("paused", False)), channels)
+    return TopicMetadata(str(raw["name"]), bool(raw.get("paused", False)), channels, _limits(raw))
+
+
+def _limits(raw: dict[str, Any]) -> dict[str, Any] | None:
+    limits = raw.get(LIMITS_KEY)
+    return limits if isinstance(limits, dict) and limits else None
 
 
 def encode(topics: list[TopicMetadata]) -> bytes:
@@ -112,12 +125,21 @@ def encode(topics: list[TopicMetadata]) -> bytes:
 
 def _encode_topic(topic: TopicMetadata) -> bytes:
     """One topic's object in the file, as `encode` writes it."""
-    entry = {
+    entry: dict[str, Any] = {
         "name": topic.name,
         "paused": topic.paused,
-        "channels": [{"name": c.name, "paused": c.paused} for c in topic.channels] or None,
+        "channels": [_encode_channel(c) for c in topic.channels] or None,
     }
+    if topic.limits:
+        entry[LIMITS_KEY] = topic.limits
     return json.dumps(entry, separators=_SEPARATORS).encode()
+
+
+def _encode_channel(channel: ChannelMetadata) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": channel.name, "paused": channel.paused}
+    if channel.limits:
+        entry[LIMITS_KEY] = channel.limits
+    return entry
 
 
 def _document(encoded_topics: Iterable[bytes]) -> bytes:
@@ -128,24 +150,14 @@ def _document(encoded_topics: Iterable[bytes]) -> bytes:
 
 
 _SEPARATORS = (",", ":")
+#: The key of a topic's or channel's own queue limits (beyond Go's file).
+LIMITS_KEY = "queue_limits"
 _VERSION = json.dumps(NSQ_VERSION).encode()
 
 
 def current(nsqd: NSQD) -> list[TopicMetadata]:
     """The daemon's durable topics and channels (ephemeral ones are never written)."""
-    return [
-        TopicMetadata(
-            topic.name,
-            topic.paused,
-            [
-                ChannelMetadata(channel.name, channel.paused)
-                for channel in topic.channels.values()
-                if not channel.ephemeral
-            ],
-        )
-        for topic in nsqd.topics.values()
-        if not topic.ephemeral
-    ]
+    return [_describe(topic) for topic in nsqd.topics.values() if not topic.ephemeral]
 
 
 def current_topic(nsqd: NSQD, name: str) -> TopicMetadata | None:
@@ -153,12 +165,21 @@ def current_topic(nsqd: NSQD, name: str) -> TopicMetadata | None:
     topic = nsqd.topics.get(name)
     if topic is None or topic.ephemeral:
         return None
+    return _describe(topic)
+
+
+def _describe(topic: Topic) -> TopicMetadata:
     channels = [
-        ChannelMetadata(channel.name, channel.paused)
+        ChannelMetadata(
+            channel.name,
+            channel.paused,
+            channel.limit_override.to_json() if channel.limit_override else None,
+        )
         for channel in topic.channels.values()
         if not channel.ephemeral
     ]
-    return TopicMetadata(topic.name, topic.paused, channels)
+    limits = topic.limit_override.to_json() if topic.limit_override else None
+    return TopicMetadata(topic.name, topic.paused, channels, limits)
 
 
 class MetadataWriter:

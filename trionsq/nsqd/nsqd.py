@@ -49,6 +49,7 @@ from ..version import build_description
 from . import metadata
 from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, DiskBackend, recover_queues
+from .bounds import LimitOverride
 from .client_v2 import ClientV2
 from .heartbeats import Heartbeats
 from .http_api import serve_http
@@ -228,8 +229,12 @@ class NSQD:
         try:
             for entry in topics:
                 topic = self.get_topic(entry.name)
+                if entry.limits:
+                    topic.set_limits(LimitOverride.from_json(entry.limits))
                 for channel_entry in entry.channels:
                     channel = topic.get_channel(channel_entry.name)
+                    if channel_entry.limits:
+                        channel.set_limits(LimitOverride.from_json(channel_entry.limits))
                     if channel_entry.paused:
                         channel.pause()
                 if entry.paused:
@@ -295,6 +300,13 @@ class NSQD:
             raise StartupError(f"failed to load metadata - {err}") from err
         if self.options.sync_ack:
             log.info("NSQ: --sync-ack: publishes are answered once fsynced")
+        if self.options.max_queue_depth or self.options.max_queue_bytes:
+            log.info(
+                "NSQ: bounded queues: max depth %d, max bytes %d, when full: %s",
+                self.options.max_queue_depth,
+                self.options.max_queue_bytes,
+                self.options.queue_full_policy,
+            )
         self._recovered = await self.run_blocking(
             recover_queues, self, metadata.queue_names(saved_topics)
         )

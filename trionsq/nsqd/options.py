@@ -33,6 +33,9 @@ __all__ = [
     "parse_nsqd_args",
 ]
 
+#: --queue-full-policy's values (trionsq.nsqd.bounds).
+QUEUE_FULL_POLICIES = ("reject", "drop-oldest")
+
 #: Experiments `--enable-experiment` knows about (post-1.3.0).
 EXPERIMENTS = ("topology-aware-consumption",)
 
@@ -60,6 +63,12 @@ def _parse_tls_min_version(text: str) -> str:
     if low not in _TLS_VERSIONS:
         raise ValueError(f'unknown tlsVersionOption "{low}"')
     return low
+
+
+def _parse_queue_full_policy(text: str) -> str:
+    if text not in QUEUE_FULL_POLICIES:
+        raise ValueError(f'unknown queue full policy "{text}" (reject or drop-oldest)')
+    return text
 
 
 @dataclass
@@ -102,6 +111,10 @@ class NSQDOptions:
     sync_timeout: float = 2.0
     # beyond NSQ: acknowledge publishes once fsynced (every message goes through the disk)
     sync_ack: bool = False
+    # beyond NSQ: bounded queues (nsqd/bounds.py), per topic and channel; 0 is no limit
+    max_queue_depth: int = 0
+    max_queue_bytes: int = 0
+    queue_full_policy: str = "reject"
 
     queue_scan_interval: float = 0.1  # no flag
     queue_scan_refresh_interval: float = 5.0  # no flag
@@ -223,6 +236,12 @@ class NSQDOptions:
             raise ValidationError("--auth-http-request-method must be post or get")
         if self.max_defer_timeout < 0:
             raise ValidationError("--max-defer-timeout must be >= 0")
+        if self.max_queue_depth < 0:
+            raise ValidationError("--max-queue-depth must be >= 0")
+        if self.max_queue_bytes < 0:
+            raise ValidationError("--max-queue-bytes must be >= 0")
+        if self.queue_full_policy not in QUEUE_FULL_POLICIES:
+            raise ValidationError("--queue-full-policy must be reject or drop-oldest")
         for p in self.e2e_processing_latency_percentiles:
             if not 0 < p <= 1:
                 raise ValidationError(f"invalid E2E processing latency percentile: {p:g}")
@@ -360,6 +379,30 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
         "so that a power loss loses no acknowledged message; every message goes through the "
         "disk, as with --mem-queue-size=0 (one fsync covers every publisher waiting)",
         {},
+    ),
+    (
+        "max-queue-depth",
+        INT,
+        None,
+        "[trionsq] most messages queued (memory and disk) per topic/channel, 0 for no limit "
+        "(default for each; HTTP /topic/config and /channel/config override it)",
+        {},
+    ),
+    (
+        "max-queue-bytes",
+        INT,
+        None,
+        "[trionsq] most bytes in the disk queue per topic/channel, 0 for no limit (default "
+        "for each; HTTP /topic/config and /channel/config override it)",
+        {},
+    ),
+    (
+        "queue-full-policy",
+        STRING,
+        None,
+        "[trionsq] when a topic/channel is at its limit: 'reject' (PUB fails) or "
+        "'drop-oldest' (its oldest queued messages are dropped)",
+        {"parse": _parse_queue_full_policy, "type_name": "value"},
     ),
     (
         "queue-scan-worker-pool-max",

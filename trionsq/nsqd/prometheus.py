@@ -244,6 +244,19 @@ _CHANNEL_METRICS = (
     ("nsq_channel_clients", "gauge", "Consumers subscribed to the channel.", "client_count"),
     ("nsq_channel_paused", "gauge", "1 if the channel is paused.", "paused"),
 )
+# Bounded queues (beyond NSQ): only topics and channels whose stats have these keys (those
+# with limits) have samples, and a family without samples is left out.
+_BOUNDED_TOPIC_METRICS = (
+    ("nsq_topic_max_depth", "gauge", "Queue depth limit (0: none).", "max_depth"),
+    ("nsq_topic_max_bytes", "gauge", "Disk queue bytes limit (0: none).", "max_bytes"),
+    ("nsq_topic_backend_bytes", "gauge", "Bytes queued in the disk queue.", "backend_bytes"),
+    ("nsq_topic_dropped_total", "counter", "Messages dropped by drop-oldest.", "dropped_count"),
+    ("nsq_topic_rejected_total", "counter", "Messages refused: queue full.", "rejected_count"),
+)
+_BOUNDED_CHANNEL_METRICS = tuple(
+    (name.replace("nsq_topic_", "nsq_channel_"), kind, help_text, field)
+    for name, kind, help_text, field in _BOUNDED_TOPIC_METRICS
+)
 # memory object key -> (metric name, type, help)
 _MEMORY_METRICS = {
     "heap_objects": ("nsq_memory_heap_objects", "gauge", "Allocated heap objects."),
@@ -288,6 +301,14 @@ def _topic_lines(snapshot: Snapshot) -> Iterator[str]:
         ((("topic", topic["topic_name"]),), len(_channels(topic))) for topic in _topics(snapshot)
     ]
     yield from _family("nsq_topic_channels", "gauge", "Channels of the topic.", channel_counts)
+    for name, kind, help_text, field in _BOUNDED_TOPIC_METRICS:
+        samples = [
+            ((("topic", topic["topic_name"]),), _number(topic[field]))
+            for topic in _topics(snapshot)
+            if field in topic
+        ]
+        if samples:
+            yield from _family(name, kind, help_text, samples)
     yield from _family(
         "nsq_topic_e2e_processing_latency_seconds",
         "gauge",
@@ -299,6 +320,15 @@ def _topic_lines(snapshot: Snapshot) -> Iterator[str]:
 def _channel_lines(snapshot: Snapshot) -> Iterator[str]:
     for name, kind, help_text, field in _CHANNEL_METRICS:
         yield from _family(name, kind, help_text, _channel_samples(snapshot, field))
+    for name, kind, help_text, field in _BOUNDED_CHANNEL_METRICS:
+        samples = [
+            (_channel_labels(topic, channel), _number(channel[field]))
+            for topic in _topics(snapshot)
+            for channel in _channels(topic)
+            if field in channel
+        ]
+        if samples:
+            yield from _family(name, kind, help_text, samples)
     yield from _family(
         "nsq_channel_e2e_processing_latency_seconds",
         "gauge",

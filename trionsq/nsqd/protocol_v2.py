@@ -30,6 +30,7 @@ from ..protocol.negotiation import IdentifyResult, negotiate
 from ..protocol.parser import CommandParser, parse_uint
 from .auth import AuthError, AuthRequest, is_tls, query_any, tls_common_name
 from .backend import BackendError
+from .bounds import QueueFull
 from .channel import ChannelError
 from .client_v2 import STATE_DISCONNECTED, ClientV2
 from .heartbeats import stop_pump
@@ -781,6 +782,9 @@ def _publish(
         topic.put_frames(frames, defer, client.pump_later)
     except (TopicExiting, BackendError) as err:
         raise ProtocolError(failed, f"{cmd.name.decode()} failed {err}") from None
+    except QueueFull as err:
+        # A full bounded queue (bounds.py): the publisher may retry on this connection.
+        raise ProtocolError(failed, f"{cmd.name.decode()} failed {err}", fatal=False) from None
     counts = client.pub_counts
     if not counts:
         nsqd.producers[client.id] = client

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
 from ..cli import version_string
+from .bounds import stats_fields
 from .e2e_latency import disabled_result, merged_result
 from .transport import tls_stats
 
@@ -115,6 +116,8 @@ def _topic_stats(topic: Topic, channels: list[Stats]) -> Stats:
         "paused": topic.paused,
         # Like nsqd, a topic's latency covers all its channels, whatever the channel filter.
         "e2e_processing_latency": merged_result(c.e2e for c in topic.channels.values()),
+        # Bounded queues (beyond NSQ): only for a topic that has limits or used them.
+        **stats_fields(topic),
     }
 
 
@@ -141,6 +144,7 @@ def _channel_stats(channel: Channel, clients_topic_filter: str | None) -> Stats:
         "e2e_processing_latency": (
             disabled_result() if channel.e2e is None else channel.e2e.result()
         ),
+        **stats_fields(channel),
     }
 
 

@@ -21,6 +21,11 @@ DPUB messages wait in `deferred` until the pump hands them to the channels, whic
 until their due time. A durable topic (--mem-queue-size=0, or --sync-ack) writes them to its
 disk queue's deferred log before DPUB is answered, and lets them go from there only once every
 channel holds them on disk.
+
+Bounded queues (bounds.py, opt-in): when the topic or one of its channels has limits,
+`bounded` is set and a publish goes through `_put_bounded` (refused when a ``reject`` queue
+is full; queued in order and trimmed under ``drop-oldest``); otherwise `put_frames` pays one
+attribute check for the feature.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import trio
 from ..diskqueue import frames_from_records
 from ..protocol.message import FRAMED_BODY_OFFSET, encode_new_frames, framed_id
 from ..protocol.names import is_ephemeral
+from . import bounds
 from .backend import (
     Backend,
     from_wall_ns,
@@ -65,11 +71,15 @@ class TopicExiting(Exception):
 class Topic:
     __slots__ = (
         "backend",
+        "bounded",
         "channels",
         "deferred",
+        "dropped_count",
         "durable",
         "ephemeral",
         "exiting",
+        "limit_override",
+        "limits",
         "mem_limit",
         "memory",
         "message_bytes",
@@ -79,6 +89,7 @@ class Topic:
         "owed_at_pause",
         "owes_backlog",
         "paused",
+        "rejected_count",
         "started",
         "wake",
     )
@@ -108,6 +119,13 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self.wake = Wakeup()
+        # Bounded queues (bounds.py): this topic's own settings and the limits in force;
+        # `bounded` when it or one of its channels has limits (the publish path's one check).
+        self.limit_override: bounds.LimitOverride | None = None
+        self.limits = bounds.effective(nsqd.options, None)
+        self.bounded = self.limits is not None
+        self.dropped_count = 0
+        self.rejected_count = 0
 
     @property
     def depth(self) -> int:
@@ -131,11 +149,10 @@ class Topic:
         once it has answered the publisher."""
         if self.exiting:
             raise TopicExiting("exiting")
-        if defer > 0:
-            due = trio.current_time() + defer
-            if self.durable:
-                self.backend.hold_deferred([(frame, to_wall_ns(due)) for frame in frames])
-            self.deferred.extend((frame, due) for frame in frames)
+        if self.bounded:
+            self._put_bounded(frames, defer)
+        elif defer > 0:
+            self._defer(frames, defer)
         else:
             queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)  # may raise
         self.message_count += len(frames)
@@ -146,6 +163,56 @@ class Topic:
             self.pump()
         elif self not in pump_later:
             pump_later.append(self)
+
+    def _defer(self, frames: list[bytes], defer: float) -> None:
+        due = trio.current_time() + defer
+        if self.durable:
+            self.backend.hold_deferred([(frame, to_wall_ns(due)) for frame in frames])
+        self.deferred.extend((frame, due) for frame in frames)
+
+    def _put_bounded(self, frames: list[bytes], defer: float) -> None:
+        """`put_frames` when the topic or a channel has limits (bounds.py): refuse what does
+        not fit under ``reject`` (QueueFull), else queue in order and drop-oldest."""
+        bounds.admit(self, frames)
+        if defer > 0:
+            self._defer(frames, defer)
+            return
+        limits = self.limits
+        if limits is None:
+            queue_with_overflow(self.memory, self.mem_limit, self.backend, frames)
+            return
+        # In order (bounds.queue_in_order); may raise, with nothing queued or dropped.
+        memory = self.memory
+        backend = self.backend
+        queue_with_overflow(
+            memory, len(memory) if backend.depth else self.mem_limit, backend, frames
+        )
+        if limits.drop_oldest:
+            self._dropped_from_disk(bounds.trim(self))
+
+    def _dropped_from_disk(self, count: int) -> None:
+        """Records at the head of the disk queue were dropped: a channel owed the backlog's
+        head without having it (`backlog_skip`, `owed_at_pause`) skips that many fewer."""
+        if not count:
+            return
+        self.owed_at_pause = max(self.owed_at_pause - count, 0)
+        for channel in self.channels.values():
+            if channel.backlog_skip:
+                channel.backlog_skip = max(channel.backlog_skip - count, 0)
+
+    def set_limits(self, override: bounds.LimitOverride | None) -> None:
+        """Replace the topic's own limit settings (None: the flags apply)."""
+        self.limit_override = override or None
+        self.limits = bounds.effective(self.nsqd.options, self.limit_override)
+        self.refresh_bounded()
+        if self.limits is not None and self.limits.drop_oldest:
+            self._dropped_from_disk(bounds.trim(self))
+
+    def refresh_bounded(self) -> None:
+        """After the topic's or a channel's limits changed, or a channel came or went."""
+        self.bounded = self.limits is not None or any(
+            channel.limits is not None for channel in self.channels.values()
+        )
 
     def pump(self) -> None:
         """Move what was just published to the channels: now, in the caller's task, in the
@@ -184,7 +251,11 @@ class Topic:
     def _move_memory(self, channels: list[Channel]) -> bool:
         """Move up to PUMP_BATCH messages of the memory queue; True if more remain."""
         memory = self.memory
-        if len(channels) == 1 and len(memory) <= channels[0].memory_room:
+        if (
+            len(channels) == 1
+            and len(memory) <= channels[0].memory_room
+            and channels[0].limits is None
+        ):
             # One channel whose memory queue takes all of the topic's: hand it over whole
             # (a deque extend, or a swap when the channel's is empty), not message by message.
             channels[0].take_memory(self)
@@ -326,6 +397,8 @@ class Topic:
             # The backlog the other channels are owed is not this one's.
             channel.backlog_skip = self.owed_backlog()
             self.channels[name] = channel
+            if channel.limits is not None:
+                self.bounded = True
             log.info("TOPIC(%s): new channel(%s)", self.name, name)
             if not ephemeral:
                 self.nsqd.persist_metadata(self.name)
@@ -339,6 +412,8 @@ class Topic:
             return
         log.info("TOPIC(%s): deleting channel %s", self.name, name)
         channel.delete()
+        if self.bounded:
+            self.refresh_bounded()
         if not channel.ephemeral:
             self.nsqd.persist_metadata(self.name)
         self.nsqd.lookup.notify(unregister(self.name, name))
