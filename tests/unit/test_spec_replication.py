@@ -187,3 +187,27 @@ def test_liveness_is_not_vacuous() -> None:
 
 def test_bounds_quorum() -> None:
     assert Bounds(nodes=3).quorum == 2 and Bounds(nodes=2).quorum == 2
+
+
+def test_an_old_primary_cut_off_may_deliver_again_which_is_a_duplicate_not_a_loss() -> None:
+    """Time is abstract, so no lease stops the old primary: it may deliver a message the new
+    primary has finished (a duplicate the lease avoids in practice), and the properties allow
+    it; it cannot finish anything for the others, and it steps down when it meets them."""
+    state = run(
+        THREE,
+        "publish(n0, m0)",
+        "replicate(n0→n1, m0)",
+        "acknowledge(n0, m0)",
+        "suspect(n1) falsely",
+        "promise(n2→n1)",
+        "deliver(n1, m0)",
+        "finish(n1, m0)",
+        "replicate_fins(n1→n2, {m0})",
+    )
+    assert state.nodes[1].finished == state.nodes[2].finished == {0}
+    after = take(THREE, state, "deliver(n0, m0)")
+    for invariant in THREE.step_invariants:
+        assert invariant.holds(state, "deliver(n0, m0)", after) is True
+    after = take(THREE, take(THREE, after, "step_down(n0, e2.1)"), "join(n0→n1)")
+    assert after.nodes[0].role == REPLICA and not after.nodes[0].in_flight
+    assert "deliver(n1, m0)" not in enabled(THREE, after)
