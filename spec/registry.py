@@ -12,6 +12,7 @@ SPEC_MODULES = (
     "channel_delivery",
     "lookupd_registration",
     "disk_queue",
+    "replication",
 )
 
 
