@@ -113,9 +113,9 @@ class _CountingWaits(DirectSocketStream):
         super().__init__(socket_stream, busy_poll)
         self.waits = 0
 
-    async def _wait_and_read(self, max_bytes: int | None) -> bytes:
+    async def _wait_and_read(self, max_bytes: int | None, since: float | None = None) -> bytes:
         self.waits += 1
-        return await super()._wait_and_read(max_bytes)
+        return await super()._wait_and_read(max_bytes, since)
 
 
 def _polling_pair(busy_poll: float) -> tuple[_CountingWaits, _CountingWaits, trio.SocketStream]:
@@ -218,4 +218,24 @@ async def test_closing_the_stream_ends_a_receive_waiting_on_it(nursery: trio.Nur
     with trio.fail_after(5):
         while not outcome:
             await trio.sleep(0.001)
+    await peer.aclose()
+
+
+async def test_a_wait_that_outlasted_the_poll_counts_from_when_polling_began(
+    nursery: trio.Nursery,
+) -> None:
+    direct, waits, peer = _polling_pair(busy_poll=0.02)
+    nursery.start_soon(_answer_after, peer, 0.005, b"soon")
+    assert await direct.receive_some(100) == b"soon"  # a short wait: the next one polls
+    nursery.start_soon(_answer_after, peer, 0.035, b"late")
+    assert await direct.receive_some(100) == b"late"  # polled 20 ms, then waited ~15 ms more
+    assert waits.waits == 2
+    # ~35 ms since polling began, longer than the poll: the next receive does not poll.
+    steps = _StepsOf(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    nursery.start_soon(_answer_after, peer, 0.05, b"later")
+    assert await direct.receive_some(100) == b"later"
+    trio.lowlevel.remove_instrument(steps)
+    assert steps.count < 20
+    await direct.aclose()
     await peer.aclose()
