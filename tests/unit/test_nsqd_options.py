@@ -99,8 +99,13 @@ tls-required tls-min-version deflate max-deflate-level snappy enable-experiment
 )
 
 #: trionsq's own flags, beyond NSQ's: opt-in, their defaults leave nsqd NSQ's.
-TRIONSQ_DEFAULTS: dict[str, object] = {"sync_ack": False}
-TRIONSQ_FLAGS = ["sync-ack"]
+TRIONSQ_DEFAULTS: dict[str, object] = {
+    "sync_ack": False,
+    "max_attempts": 0,
+    "dead_letter_topic": "{topic}.dead",
+    "message_ttl": 0.0,
+}
+TRIONSQ_FLAGS = ["sync-ack", "max-attempts", "dead-letter-topic", "message-ttl"]
 
 
 def _write(tmp_path: Path, text: str) -> str:

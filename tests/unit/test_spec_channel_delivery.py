@@ -16,6 +16,8 @@ from spec.channel_delivery import (
     DeliveryState,
     build,
     crash,
+    dead_letter,
+    dead_letter_refused,
     deliver,
     disconnect,
     expire,
@@ -24,6 +26,7 @@ from spec.channel_delivery import (
     mutants,
     publish,
     rdy,
+    requeue,
     restart,
     specs,
     subscribe,
@@ -37,7 +40,11 @@ EXPECTED_PROPERTY = {
     "expired_stays_in_flight": "each message is in exactly one place",
     "restart_loses_in_flight": "messages are lost only by a crash of the memory queue",
     "crash_loses_in_flight": "messages are lost only by a crash of the memory queue",
-    "orphans_never_expire": "every acknowledged message is eventually finished",
+    "orphans_never_expire": "every acknowledged message is eventually finished or dead-lettered",
+    "delivered_beyond_max_attempts": "a message is delivered at most max_attempts times",
+    "dead_letter_dropped": "messages are lost only by a crash of the memory queue",
+    "refused_dead_letter_dropped": "messages are lost only by a crash of the memory queue",
+    "dead_letter_never_moved": "every acknowledged message is eventually finished or dead-lettered",
 }
 
 
@@ -121,3 +128,27 @@ def test_without_fair_delivery_a_queued_message_may_never_be_finished() -> None:
     actions = tuple(replace(a, fair=False) if a.name == "deliver" else a for a in spec.actions)
     violation = check(replace(spec, actions=actions)).violation
     assert violation is not None and violation.kind == "liveness"
+
+
+# -- --max-attempts: dead-lettering -----------------------------------------------------------
+
+
+def test_past_max_attempts_a_message_is_moved_not_delivered() -> None:
+    bounds = Bounds(mode=DURABLE, max_attempts=1, refusals=1)
+    state = step(bounds, delivered_to_c0(bounds), requeue, "requeue(c0, m0, 0)")
+    assert state.channels[0].queued == {0} and state.channels[0].attempts == (1,)
+    assert not list(deliver(bounds, state))
+    refused = step(bounds, state, dead_letter_refused, "dead_letter(ch0, m0) refused")
+    assert refused.channels[0].queued == {0} and not refused.channels[0].lost
+    moved = step(bounds, refused, dead_letter, "dead_letter(ch0, m0)")
+    assert moved.channels[0].dead == {0} and not moved.channels[0].queued
+    # Dead-lettered is done with, as finished: nothing is pending any more.
+    crashed = step(bounds, moved, crash, "crash")
+    assert crashed.channels[0].dead == {0} and not crashed.channels[0].lost
+
+
+def test_without_max_attempts_nothing_is_dead_lettered() -> None:
+    bounds = Bounds()
+    state = step(bounds, delivered_to_c0(bounds), requeue, "requeue(c0, m0, 0)")
+    assert not list(dead_letter(bounds, state))
+    assert "deliver(c0, m0)" in dict(deliver(bounds, state))

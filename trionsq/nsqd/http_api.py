@@ -37,10 +37,13 @@ from ..http_common import (
     v1_route,
 )
 from ..logs import set_log_level
+from ..options import GoParseError, parse_duration
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.parser import CommandParser
 from .backend import BackendError
+from .dead_letter import Limits, describe_limits
+from .dead_letter_names import MAX_ATTEMPTS_LIMIT
 from .prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .prometheus import render_prometheus
 from .stats import format_text, snapshot
@@ -281,6 +284,25 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         existing_channel()[1].unpause()
         await persisted()
 
+    # Beyond NSQ: a topic's or channel's own dead-lettering and TTL settings (dead_letter.py).
+    @route("/topic/config", ["GET", "POST"])
+    async def topic_config() -> dict[str, Any]:
+        params = query()
+        topic = existing_topic(nsqd, params, validate=True)
+        if request.method == "POST":
+            topic.set_limits(_limits_from_query(nsqd, params, topic.name, topic.limits))
+            await persisted()
+        return describe_limits(topic, None)
+
+    @route("/channel/config", ["GET", "POST"])
+    async def channel_config() -> dict[str, Any]:
+        params = query()
+        topic, channel = existing_channel()
+        if request.method == "POST":
+            channel.set_limits(_limits_from_query(nsqd, params, topic.name, channel.limits))
+            await persisted()
+        return describe_limits(topic, channel)
+
     @route("/config/<opt>", ["GET", "PUT"])
     async def config(opt: str) -> Any:
         if request.method == "PUT":
@@ -305,6 +327,42 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
         raise HTTPError(503, "EXITING") from None
     if nsqd.options.sync_ack and not await nsqd.wait_durable():
         raise HTTPError(503, "EXITING")
+
+
+def _limits_from_query(
+    nsqd: NSQD, params: dict[str, list[str]], topic_name: str, current: Limits | None
+) -> Limits:
+    """The settings after a POST /topic/config or /channel/config: ``max_attempts`` (0 to
+    65535) and ``message_ttl`` (a Go duration) set, an empty value clears (the next level's
+    apply again), a parameter not given keeps its setting."""
+    raw_attempts = first(params, "max_attempts")
+    raw_ttl = first(params, "message_ttl")
+    if raw_attempts is None and raw_ttl is None:
+        raise HTTPError(400, "MISSING_ARG_MAX_ATTEMPTS_OR_MESSAGE_TTL")
+    limits = Limits() if current is None else Limits(current.max_attempts, current.message_ttl)
+    if raw_attempts is not None:
+        if raw_attempts == "":
+            limits.max_attempts = None
+        else:
+            value = _go_int64(raw_attempts)
+            if value is None or not 0 <= value <= MAX_ATTEMPTS_LIMIT:
+                raise HTTPError(400, "INVALID_MAX_ATTEMPTS")
+            if value and nsqd.dead_letter_names.is_dead_letter_topic(topic_name):
+                # Its dead letters would go to a dead-letter topic's dead-letter topic.
+                raise HTTPError(400, "MAX_ATTEMPTS_ON_DEAD_LETTER_TOPIC")
+            limits.max_attempts = value
+    if raw_ttl is not None:
+        if raw_ttl == "":
+            limits.message_ttl = None
+        else:
+            try:
+                ttl = parse_duration(raw_ttl)
+            except GoParseError:
+                raise HTTPError(400, "INVALID_MESSAGE_TTL") from None
+            if ttl < 0:
+                raise HTTPError(400, "INVALID_MESSAGE_TTL")
+            limits.message_ttl = ttl
+    return limits
 
 
 def _text_messages(body: bytes, max_msg_size: int) -> list[bytes]:

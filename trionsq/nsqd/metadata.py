@@ -1,5 +1,9 @@
 """``nsqd.dat``: which topics and channels exist and which are paused (reference §2.7).
 
+Beyond NSQ, a topic's or channel's own dead-lettering and TTL settings (dead_letter.py) are
+written in its entry as ``max_attempts`` and ``message_ttl`` (ns) after ``paused``, only when
+set: a file written without them is Go's, byte for byte, and Go's loader ignores the keys.
+
 The file is Go nsqd's JSON, written atomically (temp file, fsync, rename). `MetadataWriter` is
 the nursery task that rewrites it after topics or channels are created, deleted, paused or
 unpaused, in a worker thread; HTTP handlers that Go persists synchronously await `flush`.
@@ -28,6 +32,7 @@ from ..diskqueue.files import write_file_atomically
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.syncer import BlockingRunner
 from ..protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
+from .dead_letter import Limits, limits_from_json
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -45,6 +50,7 @@ class MetadataError(Exception):
 class ChannelMetadata:
     name: str
     paused: bool = False
+    limits: Limits | None = None
 
 
 @dataclass
@@ -52,6 +58,7 @@ class TopicMetadata:
     name: str
     paused: bool = False
     channels: list[ChannelMetadata] = field(default_factory=list)
+    limits: Limits | None = None
 
 
 def metadata_path(data_path: str) -> str:
@@ -99,10 +106,19 @@ def queue_names(topics: list[TopicMetadata]) -> list[str]:
 
 def _topic(raw: dict[str, Any]) -> TopicMetadata:
     channels = [
-        ChannelMetadata(str(c["name"]), bool(c.get("paused", False)))
+        ChannelMetadata(str(c["name"]), bool(c.get("paused", False)), _limits(c))
         for c in (raw.get("channels") or [])
     ]
-    return TopicMetadata(str(raw["name"]), bool(raw.get("paused", False)), channels)
+    return TopicMetadata(str(raw["name"]), bool(raw.get("paused", False)), channels, _limits(raw))
+
+
+def _limits(raw: dict[str, Any]) -> Limits | None:
+    """An entry's dead-lettering and TTL settings; a bad value is skipped with a warning."""
+    try:
+        return limits_from_json(raw)
+    except ValueError as err:
+        log.warning("skipping the settings of %s - %s", raw.get("name"), err)
+        return None
 
 
 def encode(topics: list[TopicMetadata]) -> bytes:
@@ -112,12 +128,18 @@ def encode(topics: list[TopicMetadata]) -> bytes:
 
 def _encode_topic(topic: TopicMetadata) -> bytes:
     """One topic's object in the file, as `encode` writes it."""
-    entry = {
-        "name": topic.name,
-        "paused": topic.paused,
-        "channels": [{"name": c.name, "paused": c.paused} for c in topic.channels] or None,
-    }
+    entry: dict[str, Any] = {"name": topic.name, "paused": topic.paused}
+    if topic.limits is not None:
+        entry.update(topic.limits.as_json())
+    entry["channels"] = [_encode_channel(c) for c in topic.channels] or None
     return json.dumps(entry, separators=_SEPARATORS).encode()
+
+
+def _encode_channel(channel: ChannelMetadata) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": channel.name, "paused": channel.paused}
+    if channel.limits is not None:
+        entry.update(channel.limits.as_json())
+    return entry
 
 
 def _document(encoded_topics: Iterable[bytes]) -> bytes:
@@ -138,10 +160,11 @@ def current(nsqd: NSQD) -> list[TopicMetadata]:
             topic.name,
             topic.paused,
             [
-                ChannelMetadata(channel.name, channel.paused)
+                ChannelMetadata(channel.name, channel.paused, channel.limits)
                 for channel in topic.channels.values()
                 if not channel.ephemeral
             ],
+            topic.limits,
         )
         for topic in nsqd.topics.values()
         if not topic.ephemeral
@@ -154,11 +177,11 @@ def current_topic(nsqd: NSQD, name: str) -> TopicMetadata | None:
     if topic is None or topic.ephemeral:
         return None
     channels = [
-        ChannelMetadata(channel.name, channel.paused)
+        ChannelMetadata(channel.name, channel.paused, channel.limits)
         for channel in topic.channels.values()
         if not channel.ephemeral
     ]
-    return TopicMetadata(topic.name, topic.paused, channels)
+    return TopicMetadata(topic.name, topic.paused, channels, topic.limits)
 
 
 class MetadataWriter:

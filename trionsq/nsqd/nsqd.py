@@ -50,6 +50,7 @@ from . import metadata
 from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, DiskBackend, recover_queues
 from .client_v2 import ClientV2
+from .dead_letter_names import DeadLetterNames
 from .heartbeats import Heartbeats
 from .http_api import serve_http
 from .lookup import LookupPeers, register, unregister
@@ -138,6 +139,8 @@ class NSQD:
         #: Heartbeats of the connections that have no message pump (heartbeats.py).
         self.heartbeats = Heartbeats()
         self.memory_trimmer = MemoryTrimmer(run_blocking)
+        #: --dead-letter-topic, compiled (dead_letter.py).
+        self.dead_letter_names = DeadLetterNames(options.dead_letter_topic)
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -224,8 +227,12 @@ class NSQD:
         try:
             for entry in topics:
                 topic = self.get_topic(entry.name)
+                if entry.limits is not None:
+                    topic.set_limits(entry.limits)
                 for channel_entry in entry.channels:
                     channel = topic.get_channel(channel_entry.name)
+                    if channel_entry.limits is not None:
+                        channel.set_limits(channel_entry.limits)
                     if channel_entry.paused:
                         channel.pause()
                 if entry.paused:
@@ -420,6 +427,11 @@ class NSQD:
         (tests hand in in-memory streams; shutdown closes it like any connection)."""
         assert self._clients_nursery is not None, "NSQD is not running"
         self._clients_nursery.start_soon(handle_connection, self, stream)
+
+    @property
+    def exiting(self) -> bool:
+        """The ordered shutdown has begun."""
+        return self._exit.is_set()
 
     def request_exit(self) -> None:
         """Begin the ordered shutdown (idempotent)."""

@@ -25,6 +25,8 @@ from trionsq.options import (
 )
 from trionsq.protocol import default_node_id
 
+from .dead_letter_names import DEFAULT_DEAD_LETTER_TOPIC, MAX_ATTEMPTS_LIMIT, pattern_problem
+
 __all__ = [
     "EXPERIMENTS",
     "NSQDOptions",
@@ -100,6 +102,11 @@ class NSQDOptions:
     sync_timeout: float = 2.0
     # beyond NSQ: acknowledge publishes once fsynced (every message goes through the disk)
     sync_ack: bool = False
+
+    # beyond NSQ: dead-lettering and message TTL (dead_letter.py); 0 / the default: off
+    max_attempts: int = 0
+    dead_letter_topic: str = DEFAULT_DEAD_LETTER_TOPIC
+    message_ttl: float = 0.0
 
     queue_scan_interval: float = 0.1  # no flag
     queue_scan_refresh_interval: float = 5.0  # no flag
@@ -212,6 +219,13 @@ class NSQDOptions:
         for p in self.e2e_processing_latency_percentiles:
             if not 0 < p <= 1:
                 raise ValidationError(f"invalid E2E processing latency percentile: {p:g}")
+        if not 0 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise ValidationError(f"--max-attempts must be [0,{MAX_ATTEMPTS_LIMIT}]")
+        if self.message_ttl < 0:
+            raise ValidationError("--message-ttl must be >= 0")
+        problem = pattern_problem(self.dead_letter_topic)
+        if problem:
+            raise ValidationError(f"--dead-letter-topic {problem}")
 
 
 # (flag name, kind, field or None, help, extra Flag keyword arguments)
@@ -336,6 +350,31 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
         "[trionsq] answer PUB/MPUB/DPUB (TCP and HTTP) only once their messages are fsynced, "
         "so that a power loss loses no acknowledged message; every message goes through the "
         "disk, as with --mem-queue-size=0 (one fsync covers every publisher waiting)",
+        {},
+    ),
+    (
+        "max-attempts",
+        INT,
+        None,
+        "[trionsq] deliver a message at most this many times: one that would be delivered "
+        "again is moved (same ID, body, timestamp and attempts) to its dead-letter topic "
+        "(0: no limit, as NSQ)",
+        {},
+    ),
+    (
+        "dead-letter-topic",
+        STRING,
+        None,
+        "[trionsq] name of the topic a channel's dead letters go to; {topic} and {channel} "
+        "stand for the channel's topic and name",
+        {},
+    ),
+    (
+        "message-ttl",
+        DURATION,
+        None,
+        "[trionsq] drop (or, with --max-attempts, dead-letter) a message older than this "
+        "(since it was published) when it would be delivered (0: no limit, as NSQ)",
         {},
     ),
     (

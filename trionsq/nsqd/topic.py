@@ -44,6 +44,7 @@ from .backend import (
     to_wall_ns,
 )
 from .channel import Channel
+from .dead_letter import Limits
 from .lookup import register, unregister
 from .wakeup import Wakeup
 
@@ -70,6 +71,7 @@ class Topic:
         "durable",
         "ephemeral",
         "exiting",
+        "limits",
         "mem_limit",
         "memory",
         "message_bytes",
@@ -108,6 +110,8 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self.wake = Wakeup()
+        #: Its own dead-lettering and TTL settings, for its channels (dead_letter.py).
+        self.limits: Limits | None = None
 
     @property
     def depth(self) -> int:
@@ -351,6 +355,14 @@ class Topic:
         """Begin copying messages to the channels (after the lookupd channel query)."""
         self.started = True
         self.wake.set()
+
+    def set_limits(self, limits: Limits | None) -> None:
+        """Its own dead-lettering and TTL settings (None or empty: none); nsqd.dat keeps them."""
+        self.limits = None if limits is None or limits.is_empty() else limits
+        for channel in self.channels.values():
+            channel.refresh_screen()
+        if not self.ephemeral:
+            self.nsqd.persist_metadata(self.name)
 
     def pause(self) -> None:
         """Stop copying messages to the channels; they wait in the topic."""
