@@ -86,18 +86,32 @@ class Screen:
     def split(self, frames: list[bytes]) -> tuple[list[bytes], list[bytes], list[bytes]]:
         """(frames to deliver, frames past their attempts, frames past their TTL): the last
         are dead-lettered too when the channel dead-letters, else dropped."""
+        # frame[16:18]: the deliveries so far; frame[8:16]: the publish time (Unix ns, big
+        # endian), compared as bytes (a third cheaper than decoding it; a time before 1970
+        # would compare as late and never expire).
         max_attempts = self.max_attempts
-        ttl_ns = self.ttl_ns
-        cutoff = time.time_ns() - ttl_ns if ttl_ns else 0
-        from_bytes = int.from_bytes
         kept: list[bytes] = []
         dead: list[bytes] = []
         expired: list[bytes] = []
+        if not self.ttl_ns:
+            for frame in frames:
+                if (frame[16] << 8 | frame[17]) >= max_attempts:
+                    dead.append(frame)
+                else:
+                    kept.append(frame)
+            return kept, dead, expired
+        cutoff = (time.time_ns() - self.ttl_ns).to_bytes(8, "big", signed=True)
+        if not max_attempts:
+            for frame in frames:
+                if frame[8:16] < cutoff:
+                    expired.append(frame)
+                else:
+                    kept.append(frame)
+            return kept, dead, expired
         for frame in frames:
-            # frame[16:18]: deliveries so far; frame[8:16]: the publish time (Unix ns).
-            if max_attempts and (frame[16] << 8 | frame[17]) >= max_attempts:
+            if (frame[16] << 8 | frame[17]) >= max_attempts:
                 dead.append(frame)
-            elif ttl_ns and from_bytes(frame[8:16], "big", signed=True) < cutoff:
+            elif frame[8:16] < cutoff:
                 expired.append(frame)
             else:
                 kept.append(frame)
