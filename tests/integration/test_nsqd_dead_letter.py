@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -24,6 +26,7 @@ from trionsq.nsqd.stats import snapshot
 from trionsq.nsqd.topic import Topic
 from trionsq.protocol import fin, mpub, pub, req
 from trionsq.protocol.message import encode_message_frame
+from trionsq.testing import DaemonProcess, pythonpath_env
 
 
 async def stop(nsqd: NSQD) -> None:
@@ -412,3 +415,46 @@ async def test_stats_and_metrics_have_no_new_keys_without_the_feature(nsqd, http
     assert not {"dead_letter_count", "expired_count", "dead_letter_topic"} & set(channel)
     metrics = (await http.get("/metrics")).text
     assert "dead_lettered" not in metrics and "expired" not in metrics
+
+
+# -- the flags through `trionsq nsqd` -----------------------------------------------------------
+
+
+def test_the_flags_and_config_keys_reach_a_daemon_process(tmp_path):
+    config = tmp_path / "nsqd.toml"
+    config.write_text('message_ttl = "90s"\ndead_letter_topic = "dlq-{topic}"\n')
+    with DaemonProcess("nsqd", args=["--max-attempts=2", f"--config={config}"]) as proc:
+        deadline = time.monotonic() + 10
+        while proc.http_address is None:  # its HTTP line may follow the TCP one
+            assert time.monotonic() < deadline, proc.stderr_lines
+            time.sleep(0.02)
+        host, port = proc.http_address
+        base = f"http://{host}:{port}"
+        assert httpx.post(f"{base}/topic/create?topic=t").status_code == 200
+        answer = httpx.get(f"{base}/topic/config?topic=t").json()
+    assert answer == {
+        "max_attempts": 2,
+        "message_ttl": 90 * 10**9,
+        "dead_letter_topic": "dlq-t",
+        "settings": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--dead-letter-topic=dead#letters", "--dead-letter-topic must be made of the characters"),
+        ("--max-attempts=70000", "--max-attempts must be [0,65535]"),
+    ],
+)
+def test_bad_flags_stop_the_daemon(tmp_path, flag, message):
+    result = subprocess.run(
+        [sys.executable, "-m", "trionsq", "nsqd", "--tcp-address=127.0.0.1:0", flag],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+        env=pythonpath_env(),
+    )
+    assert result.returncode == 1
+    assert message in result.stderr and "Traceback" not in result.stderr
