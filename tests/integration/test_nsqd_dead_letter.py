@@ -205,7 +205,7 @@ async def test_a_pattern_making_an_invalid_name_leaves_messages_in_the_channel(
 
 
 async def test_a_refused_dead_letter_stays_in_the_channel_until_it_can_be_moved(
-    nursery, tmp_path, autojump_clock, monkeypatch
+    nursery, tmp_path, autojump_clock, monkeypatch, caplog
 ):
     nsqd = await start_nsqd(nursery, str(tmp_path), max_attempts=1)
     put_frames = Topic.put_frames
@@ -221,9 +221,16 @@ async def test_a_refused_dead_letter_stays_in_the_channel_until_it_can_be_moved(
     await publish(nsqd, "t", [b"x"])
     message = await consumer.message()
     await consumer.send(req(message.id, 0))
-    await consumer.no_frame_for(5)  # neither delivered beyond max-attempts...
-    channel = nsqd.topics["t"].channels["c"]
-    assert (channel.depth, channel.dead_letter_count) == (1, 0)  # ...nor dropped
+    with caplog.at_level(logging.INFO, logger="trionsq.nsqd"):
+        await consumer.no_frame_for(5)  # neither delivered beyond max-attempts...
+        channel = nsqd.topics["t"].channels["c"]
+        assert (channel.depth, channel.dead_letter_count) == (1, 0)  # ...nor dropped
+        await publish(nsqd, "t", [b"z"])  # another dispatch, refused again: not logged again
+        other = await consumer.message()
+        assert other.body == b"z"
+        await consumer.send(fin(other.id))
+    refusals = [r for r in caplog.records if "refused messages" in r.getMessage()]
+    assert len(refusals) == 1
     broken = False
     await publish(nsqd, "t", [b"y"])  # the next dispatch moves it
     fresh = await consumer.message()

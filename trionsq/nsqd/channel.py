@@ -315,15 +315,25 @@ class Channel:
             pump_later: list[Topic] = []
             topic.put_frames(frames, pump_later=pump_later)
         except (TopicExiting, BackendError) as err:
-            log.warning(
-                "CHANNEL(%s:%s): %d messages kept: dead-letter topic %s refused them - %s",
+            if not screen.refused:  # once, not at every dispatch while the disk is full
+                screen.refused = True
+                log.warning(
+                    "CHANNEL(%s:%s): dead-letter topic %s refused messages - %s; they stay "
+                    "queued here, not delivered, until it takes them",
+                    self.topic.name,
+                    self.name,
+                    name,
+                    err,
+                )
+            return frames
+        if screen.refused:
+            screen.refused = False
+            log.info(
+                "CHANNEL(%s:%s): dead-letter topic %s takes messages again",
                 self.topic.name,
                 self.name,
-                len(frames),
                 name,
-                err,
             )
-            return frames
         if pump_later:
             topic.wake.set()  # its pump moves them to its channels
         self.dead_letter_count += len(frames)

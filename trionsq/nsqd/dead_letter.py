@@ -76,12 +76,14 @@ class Screen:
     """The limits that apply to one channel. `dead_letter_topic` is None when the channel
     does not dead-letter (then `max_attempts` is 0)."""
 
-    __slots__ = ("dead_letter_topic", "max_attempts", "ttl_ns")
+    __slots__ = ("dead_letter_topic", "max_attempts", "refused", "ttl_ns")
 
     def __init__(self, max_attempts: int, ttl_ns: int, dead_letter_topic: str | None) -> None:
         self.max_attempts = max_attempts
         self.ttl_ns = ttl_ns
         self.dead_letter_topic = dead_letter_topic
+        #: The dead-letter topic refused the last move (logged once, until one succeeds).
+        self.refused = False
 
     def split(self, frames: list[bytes]) -> tuple[list[bytes], list[bytes], list[bytes]]:
         """(frames to deliver, frames past their attempts, frames past their TTL): the last
@@ -134,6 +136,8 @@ def describe_limits(topic: Topic, channel: Channel | None) -> dict[str, Any]:
         # With {channel} in the pattern, each channel has its own: shown as the pattern.
         base = topic.name.removesuffix(EPHEMERAL_SUFFIX)
         target = render(nsqd.dead_letter_names.pattern, base, "{channel}") if max_attempts else ""
+        if target and topic.ephemeral:
+            target += EPHEMERAL_SUFFIX
         return {
             "max_attempts": max_attempts,
             "message_ttl": ttl_ns,
