@@ -348,6 +348,11 @@ async def test_channel_settings_apply_and_are_kept_in_nsqd_dat_only_when_set(
     await consumer.no_frame_for(0.3)
     assert attempts == [1, 2]
     assert nsqd.topics["t.dead"].depth == 1
+    stats = (await http.get("/stats?format=json&topic=t&channel=c")).json()
+    counted = stats["topics"][0]["channels"][0]
+    assert (counted["dead_letter_count"], counted["dead_letter_topic"]) == (1, "t.dead")
+    metrics = (await http.get("/metrics")).text
+    assert 'nsq_channel_dead_lettered_total{topic="t",channel="c"} 1' in metrics
     # Cleared: the flags apply again, and nsqd.dat is as Go writes it.
     answer = await http.post("/channel/config?topic=t&channel=c&max_attempts=")
     assert answer.json()["settings"] == {}
