@@ -470,3 +470,25 @@ def test_bad_flags_stop_the_daemon(tmp_path, flag, message):
     )
     assert result.returncode == 1
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_a_refusing_dead_letter_topic_does_not_make_the_queue_scan_spin(
+    nursery, tmp_path, monkeypatch
+):
+    nsqd = await start_nsqd(nursery, str(tmp_path), max_attempts=1, mem_queue_size=20_000)
+    put_frames = Topic.put_frames
+
+    def failing_put_frames(self: Topic, frames: list[bytes], *args: object, **kw: object) -> None:
+        if self.name == "t.dead":
+            raise BackendError("failed to write to disk - No space left on device")
+        put_frames(self, frames, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Topic, "put_frames", failing_put_frames)
+    channel = nsqd.get_topic("t").get_channel("c")
+    ids = nsqd.guid.next_ids(12_000)
+    now = time.time_ns()
+    nsqd.topics["t"].put_frames([encode_message_frame(i, now, 1, b"x") for i in ids])
+    consumer = await Conn.consumer(nsqd, "t", "c", ready=1)
+    await consumer.no_frame_for(0.2)
+    # A pass looked at SCREEN_BATCH of them, all refused: kept, and no pass scheduled at once.
+    assert (channel.depth, channel.dead_letter_count, channel.rescreen) == (12_000, 0, False)
