@@ -292,8 +292,9 @@ class Channel:
             if missing <= 0 or not (self.memory or self.backend.depth):
                 break
             if seen >= SCREEN_BATCH:
-                self.rescreen = True
-                self.nsqd.scan_notify(trio.current_time())
+                if not refused:  # else the next dispatch goes on: no busy loop on a full disk
+                    self.rescreen = True
+                    self.nsqd.scan_notify(trio.current_time())
                 break
             frames = self._take_queued(min(missing, SCREEN_BATCH))
         for frame in refused:
