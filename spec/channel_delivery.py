@@ -27,6 +27,11 @@ acknowledged there, so at-least-once holds with "finished or dead-lettered". The
 topic may refuse it (exiting, disk error: `dead_letter ... refused`, budgeted): it then stays
 queued in the channel. The dead-letter topic is a topic like any: a crash of the memory queue
 loses what it holds, the durable queue keeps it.
+
+Message TTL (--message-ttl, beyond NSQ): with `ttl`, a published message may grow `old` at
+any moment (`age`, budgeted: time is abstract). An old message is never delivered again:
+`expire_ttl` (Channel._take → Screen.split) drops it (`expired`, a deliberate end like
+`finished`) or, when the channel dead-letters, moves it to the dead-letter topic.
 """
 
 from __future__ import annotations
@@ -63,6 +68,10 @@ FAULTS = {
     "dead_letter_never_moved": (
         "a message past --max-attempts is held back from delivery but never moved (stuck)"
     ),
+    "expired_delivered": "delivery ignores --message-ttl (an old message is delivered)",
+    "expired_dropped_when_dead_lettering": (
+        "a message past its TTL is dropped instead of moved on a channel that dead-letters"
+    ),
 }
 
 
@@ -82,6 +91,9 @@ class Bounds:
     #: --max-attempts (0: off, as NSQ) and how often the dead-letter topic may refuse.
     max_attempts: int = 0
     refusals: int = 0
+    #: --message-ttl on, and how many messages may grow old.
+    ttl: bool = False
+    ages: int = 0
     faults: frozenset[str] = field(default_factory=frozenset)
 
 
@@ -93,6 +105,7 @@ class ChannelState(NamedTuple):
     lost: frozenset[int]
     attempts: tuple[int, ...]  # per published message: attempts of its latest delivery
     dead: frozenset[int] = frozenset()  # moved to the dead-letter topic (acknowledged there)
+    expired: frozenset[int] = frozenset()  # dropped past its TTL (deliberately)
 
 
 class ClientState(NamedTuple):
@@ -110,6 +123,7 @@ class Budget(NamedTuple):
     restarts: int
     crashes: int
     refusals: int = 0
+    ages: int = 0
 
 
 class DeliveryState(NamedTuple):
@@ -117,6 +131,7 @@ class DeliveryState(NamedTuple):
     channels: tuple[ChannelState, ...]
     clients: tuple[ClientState, ...]
     budget: Budget
+    old: frozenset[int] = frozenset()  # past their TTL (the TTL counts from the publish)
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -170,6 +185,7 @@ def initial_state(bounds: Bounds) -> DeliveryState:
         bounds.restarts,
         bounds.crashes,
         bounds.refusals,
+        bounds.ages,
     )
     return DeliveryState(0, (channel,) * bounds.channels, (client,) * bounds.clients, budget)
 
@@ -236,6 +252,8 @@ def deliver(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, Deliver
                 "delivered_beyond_max_attempts" not in bounds.faults
             ):
                 continue  # dead_letter's
+            if message in state.old and "expired_delivered" not in bounds.faults:
+                continue  # expire_ttl's
             after_channel = _with_attempts(
                 channel._replace(queued=channel.queued - {message}),
                 message,
@@ -293,6 +311,33 @@ def dead_letter_refused(
                 f"dead_letter(ch{ch_index}, m{message}) refused",
                 _set_channel(spent, ch_index, after),
             )
+
+
+def age(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
+    """Time passes: a published message becomes older than its TTL (budgeted)."""
+    if not bounds.ttl or not state.budget.ages:
+        return
+    spent = _spend(state, "ages")
+    for message in range(state.published):
+        if message not in state.old:
+            yield f"age(m{message})", spent._replace(old=state.old | {message})
+
+
+def expire_ttl(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
+    """A queued message past its TTL, about to be delivered, is dropped, or moved to the
+    dead-letter topic when the channel dead-letters (a refusal keeps it queued, as for
+    dead_letter)."""
+    for ch_index, channel in enumerate(state.channels):
+        for message in sorted(channel.queued & state.old):
+            if _past_max_attempts(bounds, channel, message):
+                continue  # dead_letter's (both apply: the move is the same)
+            queued = channel.queued - {message}
+            if bounds.max_attempts and "expired_dropped_when_dead_lettering" not in bounds.faults:
+                after = channel._replace(queued=queued, dead=channel.dead | {message})
+            else:
+                after = channel._replace(queued=queued, expired=channel.expired | {message})
+            label = f"expire_ttl(ch{ch_index}, m{message})"
+            yield label, _set_channel(state, ch_index, after)
 
 
 def finish(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
@@ -487,7 +532,7 @@ def each_message_in_one_place(bounds: Bounds, state: DeliveryState) -> bool | st
     in flight (to one client or orphaned), finished, dead-lettered, lost."""
     for ch_index, channel in enumerate(state.channels):
         places = [channel.queued, channel.deferred, channel.orphans, channel.finished, channel.lost]
-        places.append(channel.dead)
+        places += [channel.dead, channel.expired]
         places += [
             c.in_flight for i, c in enumerate(state.clients) if channel_of(bounds, i) == ch_index
         ]
@@ -567,15 +612,37 @@ def delivered_at_most_max_attempts(
     )
 
 
+def never_delivered_past_ttl(
+    bounds: Bounds, before: DeliveryState, label: str, after: DeliveryState
+) -> bool | str:
+    if not label.startswith("deliver("):
+        return True
+    message = int(label.split("m")[-1].rstrip(")"))
+    return message not in before.old or f"m{message} delivered past its TTL"
+
+
+def dropped_only_where_nothing_dead_letters(
+    bounds: Bounds, before: DeliveryState, label: str, after: DeliveryState
+) -> bool | str:
+    """A channel that dead-letters moves what expires; only one that does not drops it."""
+    if not bounds.max_attempts:
+        return True
+    for old, new in zip(before.channels, after.channels, strict=True):
+        if new.expired - old.expired:
+            return f"{label} dropped m{min(new.expired - old.expired)} instead of moving it"
+    return True
+
+
 def unfinished(state: DeliveryState) -> Iterator[tuple[int, int]]:
-    """Acknowledged messages neither finished nor dead-lettered on a channel, except those the
-    mode lost."""
+    """Acknowledged messages neither finished, dead-lettered nor expired on a channel, except
+    those the mode lost."""
     for ch_index, channel in enumerate(state.channels):
         for message in range(state.published):
             if (
                 message not in channel.finished
                 and message not in channel.lost
                 and message not in channel.dead
+                and message not in channel.expired
             ):
                 yield ch_index, message
 
@@ -587,12 +654,12 @@ def show(state: DeliveryState) -> str:
     def ids(values: frozenset[int]) -> str:
         return "{" + ",".join(f"m{m}" for m in sorted(values)) + "}"
 
-    lines = [f"published={state.published} budget={tuple(state.budget)}"]
+    lines = [f"published={state.published} old={ids(state.old)} budget={tuple(state.budget)}"]
     for i, ch in enumerate(state.channels):
         lines.append(
             f"ch{i}: queued={ids(ch.queued)} deferred={ids(ch.deferred)} "
             f"orphans={ids(ch.orphans)} finished={ids(ch.finished)} lost={ids(ch.lost)} "
-            f"dead={ids(ch.dead)} attempts={list(ch.attempts)}"
+            f"dead={ids(ch.dead)} expired={ids(ch.expired)} attempts={list(ch.attempts)}"
         )
     for i, c in enumerate(state.clients):
         status = f"rdy={c.rdy}" if c.connected else "disconnected"
@@ -617,6 +684,8 @@ ACTIONS = (
     ("crash", crash, False),
     ("dead_letter", dead_letter, True),
     ("dead_letter_refused", dead_letter_refused, False),
+    ("age", age, False),
+    ("expire_ttl", expire_ttl, True),
 )
 
 
@@ -653,10 +722,19 @@ def build(name: str, bounds: Bounds) -> Spec:
                 "a message is delivered at most max_attempts times",
                 partial(delivered_at_most_max_attempts, bounds),
             ),
+            StepInvariant(
+                "a message past its TTL is never delivered",
+                partial(never_delivered_past_ttl, bounds),
+            ),
+            StepInvariant(
+                "a channel that dead-letters moves expired messages, never drops them",
+                partial(dropped_only_where_nothing_dead_letters, bounds),
+            ),
         ),
         liveness=(
             Liveness(
-                "every acknowledged message is eventually finished or dead-lettered", unfinished
+                "every acknowledged message is eventually finished, dead-lettered or expired",
+                unfinished,
             ),
         ),
         bounds={k: v for k, v in vars(bounds).items() if k != "faults"},
@@ -685,6 +763,19 @@ CONFIGS = {
         disconnects=1,
         restarts=0,
     ),
+    # --message-ttl: one message grows old at any moment; dropped, or (with --max-attempts=2)
+    # moved.
+    "ttl": Bounds(mode=DURABLE, ttl=True, ages=1, rdy_zeros=0, disconnects=0, restarts=0),
+    "ttl_dead_letter": Bounds(
+        mode=DURABLE,
+        ttl=True,
+        ages=1,
+        max_attempts=2,
+        refusals=0,
+        rdy_zeros=0,
+        disconnects=0,
+        restarts=0,
+    ),
 }
 
 # Each fault is checked in the configuration where it matters.
@@ -695,6 +786,8 @@ MUTANT_CONFIG = {
     "dead_letter_dropped": "dead_letter",
     "refused_dead_letter_dropped": "dead_letter",
     "dead_letter_never_moved": "dead_letter",
+    "expired_delivered": "ttl",
+    "expired_dropped_when_dead_lettering": "ttl_dead_letter",
 }
 
 
