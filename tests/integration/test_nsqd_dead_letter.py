@@ -414,7 +414,7 @@ async def test_settings_errors(nsqd, http, path, status, message):
     answer = await http.post(path)
     assert (answer.status_code, answer.json()) == (status, {"message": message})
     assert answer.headers["x-nsq-content-type"] == "nsq; version=1.0"
-    assert nsqd.topics["t"].limits is None
+    assert nsqd.topics["t"].delivery_limits is None
 
 
 async def test_stats_and_metrics_have_no_new_keys_without_the_feature(nsqd, http):

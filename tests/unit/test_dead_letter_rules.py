@@ -141,8 +141,11 @@ def test_nsqd_dat_has_settings_only_where_set() -> None:
         TopicMetadata(
             "t",
             False,
-            [ChannelMetadata("c", False, Limits(max_attempts=3)), ChannelMetadata("d")],
-            Limits(message_ttl=60 * 10**9),
+            [
+                ChannelMetadata("c", False, delivery_limits=Limits(max_attempts=3)),
+                ChannelMetadata("d"),
+            ],
+            delivery_limits=Limits(message_ttl=60 * 10**9),
         ),
         TopicMetadata("u", True, []),
     ]
@@ -188,8 +191,8 @@ def test_nsqd_dat_settings_load_back_and_bad_ones_are_skipped(tmp_path: Path) ->
         )
     )
     (topic,) = metadata.load(LOCAL, str(path))
-    assert topic.limits == Limits(max_attempts=4)
-    assert [c.limits for c in topic.channels] == [Limits(message_ttl=5), None, None]
+    assert topic.delivery_limits == Limits(max_attempts=4)
+    assert [c.delivery_limits for c in topic.channels] == [Limits(message_ttl=5), None, None]
 
 
 def test_limits_from_json() -> None:

@@ -70,12 +70,12 @@ class Channel:
         "clients",
         "dead_letter_count",
         "deferred",
+        "delivery_limits",
         "durable",
         "e2e",
         "ephemeral",
         "exiting",
         "expired_count",
-        "limits",
         "mem_limit",
         "memory",
         "message_count",
@@ -120,7 +120,7 @@ class Channel:
         self.e2e: E2ELatency | None = e2e_latency_for_options(self.nsqd.options)
         # Dead-lettering and TTL (dead_letter.py): this channel's own settings, and the limits
         # that apply to it (None unless one does: delivery then only tests for None).
-        self.limits: Limits | None = None
+        self.delivery_limits: Limits | None = None
         self.screen: Screen | None = screen_for(topic, self)
         self.dead_letter_count = 0
         self.expired_count = 0
@@ -528,9 +528,9 @@ class Channel:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def set_limits(self, limits: Limits | None) -> None:
+    def set_delivery_limits(self, limits: Limits | None) -> None:
         """Its own dead-lettering and TTL settings (None or empty: none); nsqd.dat keeps them."""
-        self.limits = None if limits is None or limits.is_empty() else limits
+        self.delivery_limits = None if limits is None or limits.is_empty() else limits
         self.refresh_screen()
         if not self.ephemeral:
             self.nsqd.persist_metadata(self.topic.name)

@@ -129,7 +129,7 @@ def describe_limits(topic: Topic, channel: Channel | None) -> dict[str, Any]:
         is_dead_letter_topic = nsqd.dead_letter_names.is_dead_letter_topic(topic.name)
         max_attempts = 0 if is_dead_letter_topic else nsqd.options.max_attempts
         ttl_ns = 0 if is_dead_letter_topic else round(nsqd.options.message_ttl * 1e9)
-        own = topic.limits
+        own = topic.delivery_limits
         if own is not None:
             max_attempts = max_attempts if own.max_attempts is None else own.max_attempts
             ttl_ns = ttl_ns if own.message_ttl is None else own.message_ttl
@@ -149,7 +149,7 @@ def describe_limits(topic: Topic, channel: Channel | None) -> dict[str, Any]:
         "max_attempts": 0 if screen is None else screen.max_attempts,
         "message_ttl": 0 if screen is None else screen.ttl_ns,
         "dead_letter_topic": (screen.dead_letter_topic if screen is not None else None) or "",
-        "settings": {} if channel.limits is None else channel.limits.as_json(),
+        "settings": {} if channel.delivery_limits is None else channel.delivery_limits.as_json(),
     }
 
 
@@ -161,7 +161,10 @@ def screen_for(topic: Topic, channel: Channel) -> Screen | None:
     is_dead_letter_topic = names.is_dead_letter_topic(topic.name)
     max_attempts = 0 if is_dead_letter_topic else options.max_attempts
     ttl_ns = 0 if is_dead_letter_topic else round(options.message_ttl * 1e9)
-    for limits in (topic.limits, channel.limits):  # the channel's own settings win
+    for limits in (
+        topic.delivery_limits,
+        channel.delivery_limits,
+    ):  # the channel's own settings win
         if limits is not None:
             if limits.max_attempts is not None:
                 max_attempts = limits.max_attempts

@@ -290,7 +290,9 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         params = query()
         topic = existing_topic(nsqd, params, validate=True)
         if request.method == "POST":
-            topic.set_limits(_limits_from_query(nsqd, params, topic.name, topic.limits))
+            topic.set_delivery_limits(
+                _limits_from_query(nsqd, params, topic.name, topic.delivery_limits)
+            )
             await persisted()
         return describe_limits(topic, None)
 
@@ -299,7 +301,9 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         params = query()
         topic, channel = existing_channel()
         if request.method == "POST":
-            channel.set_limits(_limits_from_query(nsqd, params, topic.name, channel.limits))
+            channel.set_delivery_limits(
+                _limits_from_query(nsqd, params, topic.name, channel.delivery_limits)
+            )
             await persisted()
         return describe_limits(topic, channel)
 

@@ -50,7 +50,7 @@ class MetadataError(Exception):
 class ChannelMetadata:
     name: str
     paused: bool = False
-    limits: Limits | None = None
+    delivery_limits: Limits | None = None
 
 
 @dataclass
@@ -58,7 +58,7 @@ class TopicMetadata:
     name: str
     paused: bool = False
     channels: list[ChannelMetadata] = field(default_factory=list)
-    limits: Limits | None = None
+    delivery_limits: Limits | None = None
 
 
 def metadata_path(data_path: str) -> str:
@@ -106,10 +106,12 @@ def queue_names(topics: list[TopicMetadata]) -> list[str]:
 
 def _topic(raw: dict[str, Any]) -> TopicMetadata:
     channels = [
-        ChannelMetadata(str(c["name"]), bool(c.get("paused", False)), _limits(c))
+        ChannelMetadata(str(c["name"]), bool(c.get("paused", False)), delivery_limits=_limits(c))
         for c in (raw.get("channels") or [])
     ]
-    return TopicMetadata(str(raw["name"]), bool(raw.get("paused", False)), channels, _limits(raw))
+    return TopicMetadata(
+        str(raw["name"]), bool(raw.get("paused", False)), channels, delivery_limits=_limits(raw)
+    )
 
 
 def _limits(raw: dict[str, Any]) -> Limits | None:
@@ -129,16 +131,16 @@ def encode(topics: list[TopicMetadata]) -> bytes:
 def _encode_topic(topic: TopicMetadata) -> bytes:
     """One topic's object in the file, as `encode` writes it."""
     entry: dict[str, Any] = {"name": topic.name, "paused": topic.paused}
-    if topic.limits is not None:
-        entry.update(topic.limits.as_json())
+    if topic.delivery_limits is not None:
+        entry.update(topic.delivery_limits.as_json())
     entry["channels"] = [_encode_channel(c) for c in topic.channels] or None
     return json.dumps(entry, separators=_SEPARATORS).encode()
 
 
 def _encode_channel(channel: ChannelMetadata) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": channel.name, "paused": channel.paused}
-    if channel.limits is not None:
-        entry.update(channel.limits.as_json())
+    if channel.delivery_limits is not None:
+        entry.update(channel.delivery_limits.as_json())
     return entry
 
 
@@ -160,11 +162,13 @@ def current(nsqd: NSQD) -> list[TopicMetadata]:
             topic.name,
             topic.paused,
             [
-                ChannelMetadata(channel.name, channel.paused, channel.limits)
+                ChannelMetadata(
+                    channel.name, channel.paused, delivery_limits=channel.delivery_limits
+                )
                 for channel in topic.channels.values()
                 if not channel.ephemeral
             ],
-            topic.limits,
+            delivery_limits=topic.delivery_limits,
         )
         for topic in nsqd.topics.values()
         if not topic.ephemeral
@@ -177,11 +181,11 @@ def current_topic(nsqd: NSQD, name: str) -> TopicMetadata | None:
     if topic is None or topic.ephemeral:
         return None
     channels = [
-        ChannelMetadata(channel.name, channel.paused, channel.limits)
+        ChannelMetadata(channel.name, channel.paused, delivery_limits=channel.delivery_limits)
         for channel in topic.channels.values()
         if not channel.ephemeral
     ]
-    return TopicMetadata(topic.name, topic.paused, channels, topic.limits)
+    return TopicMetadata(topic.name, topic.paused, channels, delivery_limits=topic.delivery_limits)
 
 
 class MetadataWriter:

@@ -227,12 +227,12 @@ class NSQD:
         try:
             for entry in topics:
                 topic = self.get_topic(entry.name)
-                if entry.limits is not None:
-                    topic.set_limits(entry.limits)
+                if entry.delivery_limits is not None:
+                    topic.set_delivery_limits(entry.delivery_limits)
                 for channel_entry in entry.channels:
                     channel = topic.get_channel(channel_entry.name)
-                    if channel_entry.limits is not None:
-                        channel.set_limits(channel_entry.limits)
+                    if channel_entry.delivery_limits is not None:
+                        channel.set_delivery_limits(channel_entry.delivery_limits)
                     if channel_entry.paused:
                         channel.pause()
                 if entry.paused:

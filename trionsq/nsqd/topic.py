@@ -68,10 +68,10 @@ class Topic:
         "backend",
         "channels",
         "deferred",
+        "delivery_limits",
         "durable",
         "ephemeral",
         "exiting",
-        "limits",
         "mem_limit",
         "memory",
         "message_bytes",
@@ -111,7 +111,7 @@ class Topic:
         self.message_bytes = 0
         self.wake = Wakeup()
         #: Its own dead-lettering and TTL settings, for its channels (dead_letter.py).
-        self.limits: Limits | None = None
+        self.delivery_limits: Limits | None = None
 
     @property
     def depth(self) -> int:
@@ -356,9 +356,9 @@ class Topic:
         self.started = True
         self.wake.set()
 
-    def set_limits(self, limits: Limits | None) -> None:
+    def set_delivery_limits(self, limits: Limits | None) -> None:
         """Its own dead-lettering and TTL settings (None or empty: none); nsqd.dat keeps them."""
-        self.limits = None if limits is None or limits.is_empty() else limits
+        self.delivery_limits = None if limits is None or limits.is_empty() else limits
         for channel in self.channels.values():
             channel.refresh_screen()
         if not self.ephemeral:
