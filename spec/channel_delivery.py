@@ -19,6 +19,19 @@ tests/integration/test_nsqd_daemon.py.
 The consumer is correct: it reconnects, keeps RDY above zero and finishes what it receives
 (fair actions). Everything adversarial (timeouts of live deliveries, REQ, RDY 0, disconnects,
 restarts, crashes) spends a budget, so that liveness is at-least-once for a correct consumer.
+
+Dead-lettering (--max-attempts, beyond NSQ; trionsq/nsqd/dead_letter.py): with `max_attempts`
+N > 0, a queued message already delivered N times is never delivered again: `dead_letter`
+(Channel._take → Channel._dead_letter) moves it to the dead-letter topic, where it is `dead`:
+acknowledged there, so at-least-once holds with "finished or dead-lettered". The dead-letter
+topic may refuse it (exiting, disk error: `dead_letter ... refused`, budgeted): it then stays
+queued in the channel. The dead-letter topic is a topic like any: a crash of the memory queue
+loses what it holds, the durable queue keeps it.
+
+Message TTL (--message-ttl, beyond NSQ): with `ttl`, a published message may grow `old` at
+any moment (`age`, budgeted: time is abstract). An old message is never delivered again:
+`expire_ttl` (Channel._take → Screen.split) drops it (`expired`, a deliberate end like
+`finished`) or, when the channel dead-letters, moves it to the dead-letter topic.
 """
 
 from __future__ import annotations
@@ -47,6 +60,18 @@ FAULTS = {
         "is synced past them)"
     ),
     "orphans_never_expire": "the queue scan ignores the in-flight messages of departed clients",
+    "delivered_beyond_max_attempts": "delivery ignores --max-attempts (no dead-lettering first)",
+    "dead_letter_dropped": "a message past --max-attempts is dropped instead of moved",
+    "refused_dead_letter_dropped": (
+        "a message the dead-letter topic refuses is dropped instead of kept in the channel"
+    ),
+    "dead_letter_never_moved": (
+        "a message past --max-attempts is held back from delivery but never moved (stuck)"
+    ),
+    "expired_delivered": "delivery ignores --message-ttl (an old message is delivered)",
+    "expired_dropped_when_dead_lettering": (
+        "a message past its TTL is dropped instead of moved on a channel that dead-letters"
+    ),
 }
 
 
@@ -63,6 +88,12 @@ class Bounds:
     disconnects: int = 1
     restarts: int = 1
     crashes: int = 1
+    #: --max-attempts (0: off, as NSQ) and how often the dead-letter topic may refuse.
+    max_attempts: int = 0
+    refusals: int = 0
+    #: --message-ttl on, and how many messages may grow old.
+    ttl: bool = False
+    ages: int = 0
     faults: frozenset[str] = field(default_factory=frozenset)
 
 
@@ -73,6 +104,8 @@ class ChannelState(NamedTuple):
     finished: frozenset[int]
     lost: frozenset[int]
     attempts: tuple[int, ...]  # per published message: attempts of its latest delivery
+    dead: frozenset[int] = frozenset()  # moved to the dead-letter topic (acknowledged there)
+    expired: frozenset[int] = frozenset()  # dropped past its TTL (deliberately)
 
 
 class ClientState(NamedTuple):
@@ -89,6 +122,8 @@ class Budget(NamedTuple):
     disconnects: int
     restarts: int
     crashes: int
+    refusals: int = 0
+    ages: int = 0
 
 
 class DeliveryState(NamedTuple):
@@ -96,6 +131,7 @@ class DeliveryState(NamedTuple):
     channels: tuple[ChannelState, ...]
     clients: tuple[ClientState, ...]
     budget: Budget
+    old: frozenset[int] = frozenset()  # past their TTL (the TTL counts from the publish)
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -148,6 +184,8 @@ def initial_state(bounds: Bounds) -> DeliveryState:
         bounds.disconnects,
         bounds.restarts,
         bounds.crashes,
+        bounds.refusals,
+        bounds.ages,
     )
     return DeliveryState(0, (channel,) * bounds.channels, (client,) * bounds.clients, budget)
 
@@ -210,6 +248,12 @@ def deliver(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, Deliver
         ch_index = channel_of(bounds, index)
         channel = state.channels[ch_index]
         for message in sorted(channel.queued):
+            if _past_max_attempts(bounds, channel, message) and (
+                "delivered_beyond_max_attempts" not in bounds.faults
+            ):
+                continue  # dead_letter's
+            if message in state.old and "expired_delivered" not in bounds.faults:
+                continue  # expire_ttl's
             after_channel = _with_attempts(
                 channel._replace(queued=channel.queued - {message}),
                 message,
@@ -220,6 +264,80 @@ def deliver(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, Deliver
             )
             after = _set_client(_set_channel(state, ch_index, after_channel), index, after_client)
             yield f"deliver(c{index}, m{message})", after
+
+
+def _past_max_attempts(bounds: Bounds, channel: ChannelState, message: int) -> bool:
+    return bool(bounds.max_attempts) and channel.attempts[message] >= bounds.max_attempts
+
+
+def dead_letter(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
+    """A queued message already delivered max_attempts times, about to be delivered again, is
+    moved to the dead-letter topic instead (same ID, body, attempts)."""
+    if "dead_letter_never_moved" in bounds.faults:
+        return
+    for ch_index, channel in enumerate(state.channels):
+        for message in sorted(channel.queued):
+            if not _past_max_attempts(bounds, channel, message):
+                continue
+            if "dead_letter_dropped" in bounds.faults:
+                after = channel._replace(
+                    queued=channel.queued - {message}, lost=channel.lost | {message}
+                )
+            else:
+                after = channel._replace(
+                    queued=channel.queued - {message}, dead=channel.dead | {message}
+                )
+            yield f"dead_letter(ch{ch_index}, m{message})", _set_channel(state, ch_index, after)
+
+
+def dead_letter_refused(
+    bounds: Bounds, state: DeliveryState
+) -> Iterator[tuple[str, DeliveryState]]:
+    """The dead-letter topic refuses the message (exiting, disk error; budgeted): it stays
+    queued in the channel, and is neither delivered nor lost."""
+    if not state.budget.refusals:
+        return
+    spent = _spend(state, "refusals")
+    for ch_index, channel in enumerate(state.channels):
+        for message in sorted(channel.queued):
+            if not _past_max_attempts(bounds, channel, message):
+                continue
+            after = channel
+            if "refused_dead_letter_dropped" in bounds.faults:
+                after = channel._replace(
+                    queued=channel.queued - {message}, lost=channel.lost | {message}
+                )
+            yield (
+                f"dead_letter(ch{ch_index}, m{message}) refused",
+                _set_channel(spent, ch_index, after),
+            )
+
+
+def age(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
+    """Time passes: a published message becomes older than its TTL (budgeted)."""
+    if not bounds.ttl or not state.budget.ages:
+        return
+    spent = _spend(state, "ages")
+    for message in range(state.published):
+        if message not in state.old:
+            yield f"age(m{message})", spent._replace(old=state.old | {message})
+
+
+def expire_ttl(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
+    """A queued message past its TTL, about to be delivered, is dropped, or moved to the
+    dead-letter topic when the channel dead-letters (a refusal keeps it queued, as for
+    dead_letter)."""
+    for ch_index, channel in enumerate(state.channels):
+        for message in sorted(channel.queued & state.old):
+            if _past_max_attempts(bounds, channel, message):
+                continue  # dead_letter's (both apply: the move is the same)
+            queued = channel.queued - {message}
+            if bounds.max_attempts and "expired_dropped_when_dead_lettering" not in bounds.faults:
+                after = channel._replace(queued=queued, dead=channel.dead | {message})
+            else:
+                after = channel._replace(queued=queued, expired=channel.expired | {message})
+            label = f"expire_ttl(ch{ch_index}, m{message})"
+            yield label, _set_channel(state, ch_index, after)
 
 
 def finish(bounds: Bounds, state: DeliveryState) -> Iterator[tuple[str, DeliveryState]]:
@@ -374,9 +492,13 @@ def _stop(bounds: Bounds, state: DeliveryState, crash: bool) -> DeliveryState:
     for ch_index, channel in enumerate(state.channels):
         in_flight = _unfinished_in_flight(state, ch_index, bounds) | channel.orphans
         if crash and bounds.mode == MEMORY:
-            unfinished = channel.queued | channel.deferred | in_flight
+            # The dead-letter topic's memory queue goes too.
+            unfinished = channel.queued | channel.deferred | in_flight | channel.dead
             channel = channel._replace(
-                queued=frozenset(), deferred=frozenset(), lost=channel.lost | unfinished
+                queued=frozenset(),
+                deferred=frozenset(),
+                dead=frozenset(),
+                lost=channel.lost | unfinished,
             )
         elif (crash and "crash_loses_in_flight" in bounds.faults) or (
             not crash and "restart_loses_in_flight" in bounds.faults
@@ -407,9 +529,10 @@ def in_flight_to_at_most_one_client(bounds: Bounds, state: DeliveryState) -> boo
 
 def each_message_in_one_place(bounds: Bounds, state: DeliveryState) -> bool | str:
     """Every acknowledged message is, on each channel, in exactly one of: queued, deferred,
-    in flight (to one client or orphaned), finished, lost."""
+    in flight (to one client or orphaned), finished, dead-lettered, lost."""
     for ch_index, channel in enumerate(state.channels):
         places = [channel.queued, channel.deferred, channel.orphans, channel.finished, channel.lost]
+        places += [channel.dead, channel.expired]
         places += [
             c.in_flight for i, c in enumerate(state.clients) if channel_of(bounds, i) == ch_index
         ]
@@ -476,11 +599,51 @@ def rdy_window_respected(
     )
 
 
+def delivered_at_most_max_attempts(
+    bounds: Bounds, before: DeliveryState, label: str, after: DeliveryState
+) -> bool | str:
+    if not bounds.max_attempts or not label.startswith("deliver("):
+        return True
+    client = int(label[len("deliver(c") :].split(",")[0])
+    message = int(label.split("m")[-1].rstrip(")"))
+    attempts = after.channels[channel_of(bounds, client)].attempts[message]
+    return attempts <= bounds.max_attempts or (
+        f"m{message} delivered with attempts {attempts} > max_attempts {bounds.max_attempts}"
+    )
+
+
+def never_delivered_past_ttl(
+    bounds: Bounds, before: DeliveryState, label: str, after: DeliveryState
+) -> bool | str:
+    if not label.startswith("deliver("):
+        return True
+    message = int(label.split("m")[-1].rstrip(")"))
+    return message not in before.old or f"m{message} delivered past its TTL"
+
+
+def dropped_only_where_nothing_dead_letters(
+    bounds: Bounds, before: DeliveryState, label: str, after: DeliveryState
+) -> bool | str:
+    """A channel that dead-letters moves what expires; only one that does not drops it."""
+    if not bounds.max_attempts:
+        return True
+    for old, new in zip(before.channels, after.channels, strict=True):
+        if new.expired - old.expired:
+            return f"{label} dropped m{min(new.expired - old.expired)} instead of moving it"
+    return True
+
+
 def unfinished(state: DeliveryState) -> Iterator[tuple[int, int]]:
-    """Acknowledged messages not yet finished on a channel, except those the mode lost."""
+    """Acknowledged messages neither finished, dead-lettered nor expired on a channel, except
+    those the mode lost."""
     for ch_index, channel in enumerate(state.channels):
         for message in range(state.published):
-            if message not in channel.finished and message not in channel.lost:
+            if (
+                message not in channel.finished
+                and message not in channel.lost
+                and message not in channel.dead
+                and message not in channel.expired
+            ):
                 yield ch_index, message
 
 
@@ -491,12 +654,12 @@ def show(state: DeliveryState) -> str:
     def ids(values: frozenset[int]) -> str:
         return "{" + ",".join(f"m{m}" for m in sorted(values)) + "}"
 
-    lines = [f"published={state.published} budget={tuple(state.budget)}"]
+    lines = [f"published={state.published} old={ids(state.old)} budget={tuple(state.budget)}"]
     for i, ch in enumerate(state.channels):
         lines.append(
             f"ch{i}: queued={ids(ch.queued)} deferred={ids(ch.deferred)} "
             f"orphans={ids(ch.orphans)} finished={ids(ch.finished)} lost={ids(ch.lost)} "
-            f"attempts={list(ch.attempts)}"
+            f"dead={ids(ch.dead)} expired={ids(ch.expired)} attempts={list(ch.attempts)}"
         )
     for i, c in enumerate(state.clients):
         status = f"rdy={c.rdy}" if c.connected else "disconnected"
@@ -519,6 +682,10 @@ ACTIONS = (
     ("disconnect", disconnect, False),
     ("restart", restart, False),
     ("crash", crash, False),
+    ("dead_letter", dead_letter, True),
+    ("dead_letter_refused", dead_letter_refused, False),
+    ("age", age, False),
+    ("expire_ttl", expire_ttl, True),
 )
 
 
@@ -551,8 +718,25 @@ def build(name: str, bounds: Bounds) -> Spec:
                 "messages are lost only by a crash of the memory queue",
                 partial(losses_only_in_crash, bounds),
             ),
+            StepInvariant(
+                "a message is delivered at most max_attempts times",
+                partial(delivered_at_most_max_attempts, bounds),
+            ),
+            StepInvariant(
+                "a message past its TTL is never delivered",
+                partial(never_delivered_past_ttl, bounds),
+            ),
+            StepInvariant(
+                "a channel that dead-letters moves expired messages, never drops them",
+                partial(dropped_only_where_nothing_dead_letters, bounds),
+            ),
         ),
-        liveness=(Liveness("every acknowledged message is eventually finished", unfinished),),
+        liveness=(
+            Liveness(
+                "every acknowledged message is eventually finished, dead-lettered or expired",
+                unfinished,
+            ),
+        ),
         bounds={k: v for k, v in vars(bounds).items() if k != "faults"},
         show=show,
     )
@@ -567,12 +751,43 @@ CONFIGS = {
     "two_channels": Bounds(
         mode=DURABLE, channels=2, max_rdy=1, requeues=0, rdy_zeros=0, restarts=0
     ),
+    # --max-attempts=1: every REQ or timeout sends a message to the dead-letter topic, which
+    # may refuse it once; a crash of the durable queue keeps it wherever it is.
+    "dead_letter": Bounds(
+        mode=DURABLE,
+        max_attempts=1,
+        refusals=1,
+        requeues=1,
+        timeouts=1,
+        rdy_zeros=0,
+        disconnects=1,
+        restarts=0,
+    ),
+    # --message-ttl: one message grows old at any moment; dropped, or (with --max-attempts=2)
+    # moved.
+    "ttl": Bounds(mode=DURABLE, ttl=True, ages=1, rdy_zeros=0, disconnects=0, restarts=0),
+    "ttl_dead_letter": Bounds(
+        mode=DURABLE,
+        ttl=True,
+        ages=1,
+        max_attempts=2,
+        refusals=0,
+        rdy_zeros=0,
+        disconnects=0,
+        restarts=0,
+    ),
 }
 
 # Each fault is checked in the configuration where it matters.
 MUTANT_CONFIG = {
     "crash_loses_in_flight": "durable",
     "restart_loses_in_flight": "durable",
+    "delivered_beyond_max_attempts": "dead_letter",
+    "dead_letter_dropped": "dead_letter",
+    "refused_dead_letter_dropped": "dead_letter",
+    "dead_letter_never_moved": "dead_letter",
+    "expired_delivered": "ttl",
+    "expired_dropped_when_dead_lettering": "ttl_dead_letter",
 }
 
 

@@ -146,7 +146,10 @@ async def test_a_full_reject_channel_holds_back_its_topics_publishers(nursery, t
             "max_depth": 3,
             "max_bytes": 0,
             "policy": "reject",
-            "own": {"max_depth": 3},
+            "max_attempts": 0,
+            "message_ttl": 0,
+            "dead_letter_topic": "",
+            "settings": {"max_depth": 3},
         }
     producer = await Conn.open(nsqd)
     await publish(producer, "t", [b"1", b"2", b"3"])
@@ -269,7 +272,10 @@ async def test_settings_are_kept_in_nsqd_dat_and_survive_a_restart(nursery, tmp_
             "max_depth": 50,
             "max_bytes": 0,
             "policy": "drop-oldest",
-            "own": {"max_depth": 50, "policy": "drop-oldest"},
+            "max_attempts": 0,
+            "message_ttl": 0,
+            "dead_letter_topic": "",
+            "settings": {"max_depth": 50, "policy": "drop-oldest"},
         }
         response = await http.post("/channel/config?topic=t&channel=c&max_bytes=4096")
         assert response.status_code == 200
@@ -294,11 +300,14 @@ async def test_settings_are_kept_in_nsqd_dat_and_survive_a_restart(nursery, tmp_
             "max_depth": 0,
             "max_bytes": 4096,
             "policy": "reject",
-            "own": {"max_bytes": 4096},
+            "max_attempts": 0,
+            "message_ttl": 0,
+            "dead_letter_topic": "",
+            "settings": {"max_bytes": 4096},
         }
         # an empty value removes a setting: the flags apply again
         await http.post("/topic/config?topic=t&max_depth=&policy=")
-        assert (await http.get("/topic/config?topic=t")).json()["own"] == {}
+        assert (await http.get("/topic/config?topic=t")).json()["settings"] == {}
     assert nsqd.topics["t"].limits is None
     assert nsqd.topics["t"].bounded  # its channel still has a limit
     await stop(nsqd)
@@ -477,3 +486,32 @@ def test_the_daemon_process_takes_the_flags_and_the_config_file(tmp_path) -> Non
                 1000000,
                 2,
             )
+
+
+async def test_one_config_request_sets_queue_limits_and_dead_lettering_or_neither(
+    nursery, tmp_path
+):
+    """/channel/config serves bounded queues and dead letters alike: one POST may set both,
+    and a bad value for either applies none of them."""
+    nsqd = await bounded(nursery, tmp_path)
+    await Conn.consumer(nsqd, "t", "c", ready=0)
+    async with http_client(nsqd) as http:
+        response = await http.post(
+            "/channel/config?topic=t&channel=c&max_depth=7&max_attempts=3&message_ttl=bad"
+        )
+        assert (response.status_code, response.json()) == (400, {"message": "INVALID_MESSAGE_TTL"})
+        response = await http.post("/channel/config?topic=t&channel=c&max_depth=-7&max_attempts=3")
+        assert (response.status_code, response.json()) == (400, {"message": "INVALID_MAX_DEPTH"})
+        assert (await http.get("/channel/config?topic=t&channel=c")).json()["settings"] == {}
+        response = await http.post("/channel/config?topic=t&channel=c&max_depth=7&max_attempts=3")
+        answer = response.json()
+        assert answer["settings"] == {"max_depth": 7, "max_attempts": 3}
+        assert (answer["max_depth"], answer["max_attempts"]) == (7, 3)
+        assert answer["dead_letter_topic"] == "t.dead"
+        response = await http.post("/channel/config?topic=t&channel=c")
+        assert (response.status_code, response.json()) == (400, {"message": "MISSING_ARG_SETTING"})
+    with open(os.path.join(tmp_path, "nsqd.dat")) as f:
+        (topic,) = json.load(f)["topics"]
+    assert topic["channels"] == [
+        {"name": "c", "paused": False, "max_attempts": 3, "queue_limits": {"max_depth": 7}}
+    ]

@@ -107,6 +107,10 @@ TRIONSQ_DEFAULTS: dict[str, object] = {
     "max_queue_depth": 0,
     "max_queue_bytes": 0,
     "queue_full_policy": "reject",
+    # dead letters and TTL
+    "max_attempts": 0,
+    "dead_letter_topic": "{topic}.dead",
+    "message_ttl": 0.0,
 }
 TRIONSQ_FLAGS = [
     "sync-ack",
@@ -115,6 +119,9 @@ TRIONSQ_FLAGS = [
     "max-queue-depth",
     "max-queue-bytes",
     "queue-full-policy",
+    "max-attempts",
+    "dead-letter-topic",
+    "message-ttl",
 ]
 
 

@@ -14,20 +14,27 @@ from spec.channel_delivery import (
     MEMORY,
     Bounds,
     DeliveryState,
+    age,
     build,
     crash,
+    dead_letter,
+    dead_letter_refused,
     deliver,
     disconnect,
     expire,
+    expire_ttl,
     finish,
     initial_state,
     mutants,
     publish,
     rdy,
+    requeue,
     restart,
     specs,
     subscribe,
 )
+
+_LIVENESS = "every acknowledged message is eventually finished, dead-lettered or expired"
 
 EXPECTED_PROPERTY = {
     "stale_fin_accepted": "FIN succeeds only for the current delivery",
@@ -37,7 +44,15 @@ EXPECTED_PROPERTY = {
     "expired_stays_in_flight": "each message is in exactly one place",
     "restart_loses_in_flight": "messages are lost only by a crash of the memory queue",
     "crash_loses_in_flight": "messages are lost only by a crash of the memory queue",
-    "orphans_never_expire": "every acknowledged message is eventually finished",
+    "orphans_never_expire": _LIVENESS,
+    "delivered_beyond_max_attempts": "a message is delivered at most max_attempts times",
+    "dead_letter_dropped": "messages are lost only by a crash of the memory queue",
+    "refused_dead_letter_dropped": "messages are lost only by a crash of the memory queue",
+    "dead_letter_never_moved": _LIVENESS,
+    "expired_delivered": "a message past its TTL is never delivered",
+    "expired_dropped_when_dead_lettering": (
+        "a channel that dead-letters moves expired messages, never drops them"
+    ),
 }
 
 
@@ -121,3 +136,45 @@ def test_without_fair_delivery_a_queued_message_may_never_be_finished() -> None:
     actions = tuple(replace(a, fair=False) if a.name == "deliver" else a for a in spec.actions)
     violation = check(replace(spec, actions=actions)).violation
     assert violation is not None and violation.kind == "liveness"
+
+
+# -- --max-attempts: dead-lettering -----------------------------------------------------------
+
+
+def test_past_max_attempts_a_message_is_moved_not_delivered() -> None:
+    bounds = Bounds(mode=DURABLE, max_attempts=1, refusals=1)
+    state = step(bounds, delivered_to_c0(bounds), requeue, "requeue(c0, m0, 0)")
+    assert state.channels[0].queued == {0} and state.channels[0].attempts == (1,)
+    assert not list(deliver(bounds, state))
+    refused = step(bounds, state, dead_letter_refused, "dead_letter(ch0, m0) refused")
+    assert refused.channels[0].queued == {0} and not refused.channels[0].lost
+    moved = step(bounds, refused, dead_letter, "dead_letter(ch0, m0)")
+    assert moved.channels[0].dead == {0} and not moved.channels[0].queued
+    # Dead-lettered is done with, as finished: nothing is pending any more.
+    crashed = step(bounds, moved, crash, "crash")
+    assert crashed.channels[0].dead == {0} and not crashed.channels[0].lost
+
+
+def test_without_max_attempts_nothing_is_dead_lettered() -> None:
+    bounds = Bounds()
+    state = step(bounds, delivered_to_c0(bounds), requeue, "requeue(c0, m0, 0)")
+    assert not list(dead_letter(bounds, state))
+    assert "deliver(c0, m0)" in dict(deliver(bounds, state))
+
+
+# -- --message-ttl --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("max_attempts", "place"), [(0, "expired"), (2, "dead")])
+def test_an_old_message_is_not_delivered_but_dropped_or_moved(
+    max_attempts: int, place: str
+) -> None:
+    bounds = Bounds(mode=DURABLE, ttl=True, ages=1, max_attempts=max_attempts)
+    state = initial_state(bounds)
+    state = step(bounds, state, publish, "publish(m0)")
+    state = step(bounds, state, subscribe, "subscribe(c0)")
+    state = step(bounds, state, rdy, "rdy(c0, 1)")
+    state = step(bounds, state, age, "age(m0)")
+    assert not list(deliver(bounds, state))
+    after = step(bounds, state, expire_ttl, "expire_ttl(ch0, m0)")
+    assert getattr(after.channels[0], place) == {0} and not after.channels[0].queued

@@ -404,7 +404,25 @@ def channel_stats(
     ]
     stats["paused"] = _bool(raw.get("paused"))
     stats["e2e_processing_latency"] = e2e_from_nsqd(raw.get("e2e_processing_latency"))
+    if "dead_letter_count" in raw:
+        # trionsq's dead-lettering and TTL (only from an nsqd where it applies to the channel).
+        stats["dead_letter_count"] = _int(raw.get("dead_letter_count"))
+        stats["expired_count"] = _int(raw.get("expired_count"))
+        stats["dead_letter_topic"] = _str(raw.get("dead_letter_topic"))
     return stats
+
+
+def _put_dead_letters(stats: Json, per_node: Sequence[Json]) -> None:
+    """Sum trionsq's dead-letter counts over the nodes that report them (none: no keys, as
+    Go's nsqadmin answers); the dead-letter topic is the first node's that has one."""
+    reporting = [n for n in per_node if "dead_letter_count" in n]
+    if not reporting:
+        return
+    stats["dead_letter_count"] = sum(n["dead_letter_count"] for n in reporting)
+    stats["expired_count"] = sum(n["expired_count"] for n in reporting)
+    stats["dead_letter_topic"] = next(
+        (n["dead_letter_topic"] for n in reporting if n["dead_letter_topic"]), ""
+    )
 
 
 def _put_locality(
@@ -487,6 +505,7 @@ def aggregate_channel(topic_name: str, channel_name: str, per_node: Sequence[Jso
     for n in per_node:
         e2e_add(e2e, n["e2e_processing_latency"])
     stats["e2e_processing_latency"] = e2e
+    _put_dead_letters(stats, per_node)
     return stats
 
 

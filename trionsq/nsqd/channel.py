@@ -11,12 +11,18 @@ requeue at disconnect).
 A durable channel (--mem-queue-size=0, or --sync-ack) keeps its deferred messages in its disk
 queue's deferred log as well as in memory: a REQ with a delay, or a DPUB reaching the channel,
 is on disk before it counts as done, and a crash brings it back at its due time.
+
+Beyond NSQ (opt-in, dead_letter.py): a channel with a `screen` (max attempts, TTL) does not
+deliver a message past its attempts or its TTL: `_take` moves it to the dead-letter topic
+through that topic's ordinary publish path, or drops it if it only expired. If the dead-letter
+topic refuses it (exiting, disk error), it stays queued in the channel.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import math
 from collections import deque
 from typing import TYPE_CHECKING
@@ -36,16 +42,22 @@ from .backend import (
     to_wall_ns,
 )
 from .client_v2 import ClientV2, InFlight
+from .dead_letter import Limits, Screen, screen_for
 from .e2e_latency import E2ELatency
 from .e2e_latency import for_options as e2e_latency_for_options
 
 if TYPE_CHECKING:
     from .topic import Topic
 
+log = logging.getLogger("trionsq.nsqd")
+
 ERR_NOT_IN_FLIGHT = "ID not in flight"
 ERR_NOT_OWNER = "client does not own message"
 
 _deferred_seq = itertools.count()
+
+#: Frames a screened `Channel._take` looks at per call at most (dead_letter.py).
+SCREEN_BATCH = 10_000
 
 
 class ChannelError(Exception):
@@ -57,12 +69,15 @@ class Channel:
         "backend",
         "backlog_skip",
         "clients",
+        "dead_letter_count",
         "deferred",
+        "delivery_limits",
         "dropped_count",
         "durable",
         "e2e",
         "ephemeral",
         "exiting",
+        "expired_count",
         "limit_override",
         "limits",
         "mem_limit",
@@ -75,6 +90,8 @@ class Channel:
         "refill_below",
         "rejected_count",
         "requeue_count",
+        "rescreen",
+        "screen",
         "timeout_count",
         "topic",
     )
@@ -111,6 +128,14 @@ class Channel:
         self.rejected_count = 0
         # None unless --e2e-processing-latency-percentile is set: FIN then only tests for None.
         self.e2e: E2ELatency | None = e2e_latency_for_options(self.nsqd.options)
+        # Dead-lettering and TTL (dead_letter.py): this channel's own settings, and the limits
+        # that apply to it (None unless one does: delivery then only tests for None).
+        self.delivery_limits: Limits | None = None
+        self.screen: Screen | None = screen_for(topic, self)
+        self.dead_letter_count = 0
+        self.expired_count = 0
+        #: `_take` stopped screening at SCREEN_BATCH: the queue scan dispatches again.
+        self.rescreen = False
         # Deferred messages the deferred log kept across a restart or crash.
         for due_ns, frame in backend.held_deferred.values():
             self._push_deferred(frame, from_wall_ns(due_ns))
@@ -231,6 +256,7 @@ class Channel:
         self.backend.drop_deferred([framed_id(frame) for frame in frames])
 
     def _take(self, count: int) -> list[bytes]:
+        # `_take_queued`, inline: the delivery path is a call shorter without a screen.
         memory = self.memory
         backend = self.backend
         if count >= len(memory):
@@ -246,9 +272,112 @@ class Channel:
         else:
             popleft = memory.popleft
             frames = [popleft() for _ in range(count)]
+        if self.screen is not None:
+            frames = self._screened(self.screen, frames, count)
         if self.refill_below and len(memory) + backend.depth < self.refill_below:
             self.topic.wake.set()  # the topic's pump moves more of its backlog here
         return frames
+
+    def _take_queued(self, count: int) -> list[bytes]:
+        """Up to `count` queued messages, oldest first (`_take` without its screen)."""
+        memory = self.memory
+        backend = self.backend
+        if count >= len(memory):
+            frames = list(memory)
+            memory.clear()
+            while len(frames) < count:
+                taken = backend.take(count - len(frames))
+                if not taken:
+                    break
+                if backend.deferred_due:
+                    taken = self._restore_deferred(taken)
+                frames += taken
+        else:
+            popleft = memory.popleft
+            frames = [popleft() for _ in range(count)]
+        return frames
+
+    def _screened(self, screen: Screen, frames: list[bytes], count: int) -> list[bytes]:
+        """The frames to deliver of those taken, topped up to `count` from the queue: the
+        others are dead-lettered or dropped (dead_letter.py). At most SCREEN_BATCH frames
+        are looked at per call, so that a long run of expired messages does not stall the
+        event loop; the queue scan then dispatches again (`rescreen`)."""
+        kept: list[bytes] = []
+        refused: list[bytes] = []
+        seen = 0
+        while frames:
+            seen += len(frames)
+            deliver, dead, expired = screen.split(frames)
+            kept += deliver
+            if expired and not screen.dead_letter_topic:
+                self.expired_count += len(expired)
+                self._release_dropped(expired)
+            elif dead or expired:
+                kept_back = self._dead_letter(screen, dead + expired)
+                if kept_back:
+                    refused += kept_back
+                else:
+                    self.expired_count += len(expired)
+            missing = count - len(kept)
+            if missing <= 0 or not (self.memory or self.backend.depth):
+                break
+            if seen >= SCREEN_BATCH:
+                if not refused:  # else the next dispatch goes on: no busy loop on a full disk
+                    self.rescreen = True
+                    self.nsqd.scan_notify(trio.current_time())
+                break
+            frames = self._take_queued(min(missing, SCREEN_BATCH))
+        for frame in refused:
+            self.put(frame)
+        return kept
+
+    def _dead_letter(self, screen: Screen, frames: list[bytes]) -> list[bytes]:
+        """Move `frames` to the dead-letter topic as they are (ID, body, timestamp, attempts)
+        by its ordinary publish path; return them if it refuses them (they stay here)."""
+        from .topic import TopicExiting
+
+        name = screen.dead_letter_topic
+        assert name is not None
+        nsqd = self.nsqd
+        if nsqd.exiting:
+            return frames  # shutdown saves them with the channel
+        try:
+            topic = nsqd.get_topic(name)
+            pump_later: list[Topic] = []
+            topic.put_frames(frames, pump_later=pump_later)
+        except (TopicExiting, BackendError) as err:
+            if not screen.refused:  # once, not at every dispatch while the disk is full
+                screen.refused = True
+                log.warning(
+                    "CHANNEL(%s:%s): dead-letter topic %s refused messages - %s; they stay "
+                    "queued here, not delivered, until it takes them",
+                    self.topic.name,
+                    self.name,
+                    name,
+                    err,
+                )
+            return frames
+        if screen.refused:
+            screen.refused = False
+            log.info(
+                "CHANNEL(%s:%s): dead-letter topic %s takes messages again",
+                self.topic.name,
+                self.name,
+                name,
+            )
+        if pump_later:
+            topic.wake.set()  # its pump moves them to its channels
+        self.dead_letter_count += len(frames)
+        self._release_dropped(frames)
+        return []
+
+    def _release_dropped(self, frames: list[bytes]) -> None:
+        """Messages taken from the backend that leave the channel (dead-lettered or expired)
+        need not come back after a crash any more, as a FIN'd one."""
+        backend = self.backend
+        if backend.owed:
+            for frame in frames:
+                backend.release(framed_id(frame))
 
     def _restore_deferred(self, frames: list[bytes]) -> list[bytes]:
         """Defer again the messages that were deferred when nsqd last stopped; return the
@@ -371,7 +500,8 @@ class Channel:
                 due.append(heapq.heappop(deferred)[2])
             self._requeue_due(due)
             requeued = True
-        if requeued:
+        if requeued or self.rescreen:
+            self.rescreen = False
             self.dispatch()
         return self.next_deadline()
 
@@ -427,6 +557,17 @@ class Channel:
             self.topic.delete_channel(self.name)
 
     # -- lifecycle ------------------------------------------------------------------------
+
+    def set_delivery_limits(self, limits: Limits | None) -> None:
+        """Its own dead-lettering and TTL settings (None or empty: none); nsqd.dat keeps them."""
+        self.delivery_limits = None if limits is None or limits.is_empty() else limits
+        self.refresh_screen()
+        if not self.ephemeral:
+            self.nsqd.persist_metadata(self.topic.name)
+
+    def refresh_screen(self) -> None:
+        """Its own or its topic's settings changed: the limits that apply now."""
+        self.screen = screen_for(self.topic, self)
 
     def pause(self) -> None:
         """Deliver nothing: subscribers are treated as not ready; in-flight messages go on."""

@@ -37,11 +37,14 @@ from ..http_common import (
     v1_route,
 )
 from ..logs import set_log_level
+from ..options import GoParseError, parse_duration
 from ..protocol.errors import ProtocolError
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.parser import CommandParser
 from .backend import BackendError
 from .bounds import BoundsError, LimitOverride, QueueFull, limits_json
+from .dead_letter import Limits, describe_limits
+from .dead_letter_names import MAX_ATTEMPTS_LIMIT
 from .peek import parse_n, peek_channel, peek_topic
 from .prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .prometheus import render_prometheus
@@ -56,6 +59,8 @@ log = logging.getLogger("trionsq.nsqd")
 BOOL_PARAMS = {"true": True, "1": True, "false": False, "0": False}
 #: /topic/config and /channel/config's parameters (bounded queues, beyond NSQ).
 _LIMIT_PARAMS = ("max_depth", "max_bytes", "policy")
+#: Their dead-lettering and TTL parameters (dead_letter.py).
+_DELIVERY_PARAMS = ("max_attempts", "message_ttl")
 
 
 # -- topic and channel lookups --------------------------------------------------------------
@@ -298,40 +303,53 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         channel = existing_channel()[1]
         return await peek_channel(nsqd, channel, _peek_n(query()))
 
-    # -- beyond NSQ: bounded queues (docs/nsqd.md, "Bounded queues") -----------------------
+    # -- beyond NSQ: a topic's or channel's own settings ---------------------------------
+    # Bounded queues (bounds.py: max_depth, max_bytes, policy) and dead letters and TTL
+    # (dead_letter.py: max_attempts, message_ttl), one route for both.
 
-    def configure(owner: Any, params: dict[str, list[str]]) -> dict[str, Any]:
-        """Beyond NSQ: a POST sets a topic's or channel's own queue limits from the
-        parameters given (bounds.py); both methods answer the limits in force."""
-        given = {key: params[key][0] for key in _LIMIT_PARAMS if key in params}
-        if request.method == "POST" and given:
-            override = LimitOverride(**(owner.limit_override or LimitOverride()).to_json())
-            try:
-                override.update(given)
-            except BoundsError as err:
-                raise HTTPError(400, str(err)) from None
-            owner.set_limits(override)
-        return limits_json(owner)
+    async def configure(topic: Topic, channel: Any) -> dict[str, Any]:
+        """A POST sets the settings given (all validated before any is applied; an empty
+        value clears one); both methods answer what is in force and the queue's own
+        settings (``settings``)."""
+        owner = topic if channel is None else channel
+        params = query()
+        if request.method == "POST":
+            queue_given = {key: params[key][0] for key in _LIMIT_PARAMS if key in params}
+            delivery_given = any(key in params for key in _DELIVERY_PARAMS)
+            if not queue_given and not delivery_given:
+                raise HTTPError(400, "MISSING_ARG_SETTING")
+            override = None
+            if queue_given:
+                override = LimitOverride(**(owner.limit_override or LimitOverride()).to_json())
+                try:
+                    override.update(queue_given)
+                except BoundsError as err:
+                    raise HTTPError(400, str(err)) from None
+            delivery = None
+            if delivery_given:
+                delivery = _limits_from_query(nsqd, params, topic.name, owner.delivery_limits)
+            if override is not None:
+                owner.set_limits(override)
+            if delivery_given:
+                owner.set_delivery_limits(delivery)
+            if not owner.ephemeral:
+                nsqd.persist_metadata(topic.name)
+                await persisted()
+        queue = limits_json(owner)
+        own = queue.pop("own")
+        limits = describe_limits(topic, channel)
+        settings = limits.pop("settings")
+        return {**queue, **limits, "settings": {**own, **settings}}
 
     @route("/topic/config", ["GET", "POST"])
     async def topic_config() -> dict[str, Any]:
-        params = query()
-        topic = existing_topic(nsqd, params, validate=True)
-        answer = configure(topic, params)
-        if request.method == "POST" and not topic.ephemeral:
-            nsqd.persist_metadata(topic.name)
-            await persisted()
-        return answer
+        topic = existing_topic(nsqd, query(), validate=True)
+        return await configure(topic, None)
 
     @route("/channel/config", ["GET", "POST"])
     async def channel_config() -> dict[str, Any]:
-        params = query()
         topic, channel = existing_channel()
-        answer = configure(channel, params)
-        if request.method == "POST" and not channel.ephemeral:
-            nsqd.persist_metadata(topic.name)
-            await persisted()
-        return answer
+        return await configure(topic, channel)
 
     @route("/config/<opt>", ["GET", "PUT"])
     async def config(opt: str) -> Any:
@@ -360,6 +378,42 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
         raise HTTPError(503, "QUEUE_FULL") from None
     if nsqd.options.sync_ack and not await nsqd.wait_durable():
         raise HTTPError(503, "EXITING")
+
+
+def _limits_from_query(
+    nsqd: NSQD, params: dict[str, list[str]], topic_name: str, current: Limits | None
+) -> Limits:
+    """The settings after a POST /topic/config or /channel/config: ``max_attempts`` (0 to
+    65535) and ``message_ttl`` (a Go duration) set, an empty value clears (the next level's
+    apply again), a parameter not given keeps its setting."""
+    raw_attempts = first(params, "max_attempts")
+    raw_ttl = first(params, "message_ttl")
+    if raw_attempts is None and raw_ttl is None:
+        raise HTTPError(400, "MISSING_ARG_MAX_ATTEMPTS_OR_MESSAGE_TTL")
+    limits = Limits() if current is None else Limits(current.max_attempts, current.message_ttl)
+    if raw_attempts is not None:
+        if raw_attempts == "":
+            limits.max_attempts = None
+        else:
+            value = _go_int64(raw_attempts)
+            if value is None or not 0 <= value <= MAX_ATTEMPTS_LIMIT:
+                raise HTTPError(400, "INVALID_MAX_ATTEMPTS")
+            if value and nsqd.dead_letter_names.is_dead_letter_topic(topic_name):
+                # Its dead letters would go to a dead-letter topic's dead-letter topic.
+                raise HTTPError(400, "MAX_ATTEMPTS_ON_DEAD_LETTER_TOPIC")
+            limits.max_attempts = value
+    if raw_ttl is not None:
+        if raw_ttl == "":
+            limits.message_ttl = None
+        else:
+            try:
+                ttl = parse_duration(raw_ttl)
+            except GoParseError:
+                raise HTTPError(400, "INVALID_MESSAGE_TTL") from None
+            if ttl < 0:
+                raise HTTPError(400, "INVALID_MESSAGE_TTL")
+            limits.message_ttl = ttl
+    return limits
 
 
 def _text_messages(body: bytes, max_msg_size: int) -> list[bytes]:

@@ -4,6 +4,10 @@ Beyond Go's file, a topic's or channel's own queue limits (bounds.py) are kept u
 ``queue_limits`` key, written only for those that have some: Go's loader ignores it, and a
 daemon that sets none writes Go's file byte for byte.
 
+Beyond NSQ, a topic's or channel's own dead-lettering and TTL settings (dead_letter.py) are
+written in its entry as ``max_attempts`` and ``message_ttl`` (ns) after ``paused``, only when
+set: a file written without them is Go's, byte for byte, and Go's loader ignores the keys.
+
 The file is Go nsqd's JSON, written atomically (temp file, fsync, rename). `MetadataWriter` is
 the nursery task that rewrites it after topics or channels are created, deleted, paused or
 unpaused, in a worker thread; HTTP handlers that Go persists synchronously await `flush`.
@@ -32,6 +36,7 @@ from ..diskqueue.files import write_file_atomically
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.syncer import BlockingRunner
 from ..protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
+from .dead_letter import Limits, limits_from_json
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -52,6 +57,7 @@ class ChannelMetadata:
     paused: bool = False
     #: The channel's own queue limits (`LimitOverride.to_json`), if it has some.
     limits: dict[str, Any] | None = None
+    delivery_limits: Limits | None = None
 
 
 @dataclass
@@ -60,6 +66,7 @@ class TopicMetadata:
     paused: bool = False
     channels: list[ChannelMetadata] = field(default_factory=list)
     limits: dict[str, Any] | None = None
+    delivery_limits: Limits | None = None
 
 
 def metadata_path(data_path: str) -> str:
@@ -107,15 +114,35 @@ def queue_names(topics: list[TopicMetadata]) -> list[str]:
 
 def _topic(raw: dict[str, Any]) -> TopicMetadata:
     channels = [
-        ChannelMetadata(str(c["name"]), bool(c.get("paused", False)), _limits(c))
+        ChannelMetadata(
+            str(c["name"]),
+            bool(c.get("paused", False)),
+            limits=_queue_limits(c),
+            delivery_limits=_delivery_limits(c),
+        )
         for c in (raw.get("channels") or [])
     ]
-    return TopicMetadata(str(raw["name"]), bool(raw.get("paused", False)), channels, _limits(raw))
+    return TopicMetadata(
+        str(raw["name"]),
+        bool(raw.get("paused", False)),
+        channels,
+        limits=_queue_limits(raw),
+        delivery_limits=_delivery_limits(raw),
+    )
 
 
-def _limits(raw: dict[str, Any]) -> dict[str, Any] | None:
+def _queue_limits(raw: dict[str, Any]) -> dict[str, Any] | None:
     limits = raw.get(LIMITS_KEY)
     return limits if isinstance(limits, dict) and limits else None
+
+
+def _delivery_limits(raw: dict[str, Any]) -> Limits | None:
+    """An entry's dead-lettering and TTL settings; a bad value is skipped with a warning."""
+    try:
+        return limits_from_json(raw)
+    except ValueError as err:
+        log.warning("skipping the settings of %s - %s", raw.get("name"), err)
+        return None
 
 
 def encode(topics: list[TopicMetadata]) -> bytes:
@@ -125,11 +152,10 @@ def encode(topics: list[TopicMetadata]) -> bytes:
 
 def _encode_topic(topic: TopicMetadata) -> bytes:
     """One topic's object in the file, as `encode` writes it."""
-    entry: dict[str, Any] = {
-        "name": topic.name,
-        "paused": topic.paused,
-        "channels": [_encode_channel(c) for c in topic.channels] or None,
-    }
+    entry: dict[str, Any] = {"name": topic.name, "paused": topic.paused}
+    if topic.delivery_limits is not None:
+        entry.update(topic.delivery_limits.as_json())
+    entry["channels"] = [_encode_channel(c) for c in topic.channels] or None
     if topic.limits:
         entry[LIMITS_KEY] = topic.limits
     return json.dumps(entry, separators=_SEPARATORS).encode()
@@ -137,6 +163,8 @@ def _encode_topic(topic: TopicMetadata) -> bytes:
 
 def _encode_channel(channel: ChannelMetadata) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": channel.name, "paused": channel.paused}
+    if channel.delivery_limits is not None:
+        entry.update(channel.delivery_limits.as_json())
     if channel.limits:
         entry[LIMITS_KEY] = channel.limits
     return entry
@@ -173,13 +201,19 @@ def _describe(topic: Topic) -> TopicMetadata:
         ChannelMetadata(
             channel.name,
             channel.paused,
-            channel.limit_override.to_json() if channel.limit_override else None,
+            limits=channel.limit_override.to_json() if channel.limit_override else None,
+            delivery_limits=channel.delivery_limits,
         )
         for channel in topic.channels.values()
         if not channel.ephemeral
     ]
-    limits = topic.limit_override.to_json() if topic.limit_override else None
-    return TopicMetadata(topic.name, topic.paused, channels, limits)
+    return TopicMetadata(
+        topic.name,
+        topic.paused,
+        channels,
+        limits=topic.limit_override.to_json() if topic.limit_override else None,
+        delivery_limits=topic.delivery_limits,
+    )
 
 
 class MetadataWriter:

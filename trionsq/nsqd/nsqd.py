@@ -51,6 +51,7 @@ from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, DiskBackend, recover_queues
 from .bounds import LimitOverride
 from .client_v2 import ClientV2
+from .dead_letter_names import DeadLetterNames
 from .heartbeats import Heartbeats
 from .http_api import serve_http
 from .lookup import LookupPeers, register, unregister
@@ -143,6 +144,8 @@ class NSQD:
         #: the clients given messages, instead of waking their message pumps.
         self.sending_now: list[ClientV2] | None = None
         self.memory_trimmer = MemoryTrimmer(run_blocking)
+        #: --dead-letter-topic, compiled (dead_letter.py).
+        self.dead_letter_names = DeadLetterNames(options.dead_letter_topic)
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -231,10 +234,14 @@ class NSQD:
                 topic = self.get_topic(entry.name)
                 if entry.limits:
                     topic.set_limits(LimitOverride.from_json(entry.limits))
+                if entry.delivery_limits is not None:
+                    topic.set_delivery_limits(entry.delivery_limits)
                 for channel_entry in entry.channels:
                     channel = topic.get_channel(channel_entry.name)
                     if channel_entry.limits:
                         channel.set_limits(LimitOverride.from_json(channel_entry.limits))
+                    if channel_entry.delivery_limits is not None:
+                        channel.set_delivery_limits(channel_entry.delivery_limits)
                     if channel_entry.paused:
                         channel.pause()
                 if entry.paused:
@@ -436,6 +443,11 @@ class NSQD:
         (tests hand in in-memory streams; shutdown closes it like any connection)."""
         assert self._clients_nursery is not None, "NSQD is not running"
         self._clients_nursery.start_soon(handle_connection, self, stream)
+
+    @property
+    def exiting(self) -> bool:
+        """The ordered shutdown has begun."""
+        return self._exit.is_set()
 
     def request_exit(self) -> None:
         """Begin the ordered shutdown (idempotent)."""

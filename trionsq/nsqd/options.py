@@ -25,6 +25,8 @@ from trionsq.options import (
 )
 from trionsq.protocol import default_node_id
 
+from .dead_letter_names import DEFAULT_DEAD_LETTER_TOPIC, MAX_ATTEMPTS_LIMIT, pattern_problem
+
 __all__ = [
     "EXPERIMENTS",
     "NSQDOptions",
@@ -115,6 +117,11 @@ class NSQDOptions:
     max_queue_depth: int = 0
     max_queue_bytes: int = 0
     queue_full_policy: str = "reject"
+
+    # beyond NSQ: dead-lettering and message TTL (dead_letter.py); 0 / the default: off
+    max_attempts: int = 0
+    dead_letter_topic: str = DEFAULT_DEAD_LETTER_TOPIC
+    message_ttl: float = 0.0
 
     queue_scan_interval: float = 0.1  # no flag
     queue_scan_refresh_interval: float = 5.0  # no flag
@@ -245,6 +252,13 @@ class NSQDOptions:
         for p in self.e2e_processing_latency_percentiles:
             if not 0 < p <= 1:
                 raise ValidationError(f"invalid E2E processing latency percentile: {p:g}")
+        if not 0 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise ValidationError(f"--max-attempts must be [0,{MAX_ATTEMPTS_LIMIT}]")
+        if self.message_ttl < 0:
+            raise ValidationError("--message-ttl must be >= 0")
+        problem = pattern_problem(self.dead_letter_topic)
+        if problem:
+            raise ValidationError(f"--dead-letter-topic {problem}")
 
 
 # (flag name, kind, field or None, help, extra Flag keyword arguments)
@@ -403,6 +417,31 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
         "[trionsq] when a topic/channel is at its limit: 'reject' (PUB fails) or "
         "'drop-oldest' (its oldest queued messages are dropped)",
         {"parse": _parse_queue_full_policy, "type_name": "value"},
+    ),
+    (
+        "max-attempts",
+        INT,
+        None,
+        "[trionsq] deliver a message at most this many times: one that would be delivered "
+        "again is moved (same ID, body, timestamp and attempts) to its dead-letter topic "
+        "(0: no limit, as NSQ)",
+        {},
+    ),
+    (
+        "dead-letter-topic",
+        STRING,
+        None,
+        "[trionsq] name of the topic a channel's dead letters go to; {topic} and {channel} "
+        "stand for the channel's topic and name",
+        {},
+    ),
+    (
+        "message-ttl",
+        DURATION,
+        None,
+        "[trionsq] drop (or, with --max-attempts, dead-letter) a message older than this "
+        "(since it was published) when it would be delivered (0: no limit, as NSQ)",
+        {},
     ),
     (
         "queue-scan-worker-pool-max",

@@ -317,10 +317,28 @@ def _topic_lines(snapshot: Snapshot) -> Iterator[str]:
     )
 
 
+# Beyond NSQ (dead-lettering and TTL): only channels whose stats have the field have a sample,
+# and a family with no sample is left out (a daemon without the feature exposes NSQ's set).
+_CHANNEL_OPTIONAL_METRICS = (
+    (
+        "nsq_channel_dead_lettered_total",
+        "counter",
+        "Messages moved to the channel's dead-letter topic (past --max-attempts or their TTL).",
+        "dead_letter_count",
+    ),
+    (
+        "nsq_channel_expired_total",
+        "counter",
+        "Messages past their TTL when they would have been delivered (dropped or dead-lettered).",
+        "expired_count",
+    ),
+)
+
+
 def _channel_lines(snapshot: Snapshot) -> Iterator[str]:
     for name, kind, help_text, field in _CHANNEL_METRICS:
         yield from _family(name, kind, help_text, _channel_samples(snapshot, field))
-    for name, kind, help_text, field in _BOUNDED_CHANNEL_METRICS:
+    for name, kind, help_text, field in (*_BOUNDED_CHANNEL_METRICS, *_CHANNEL_OPTIONAL_METRICS):
         samples = [
             (_channel_labels(topic, channel), _number(channel[field]))
             for topic in _topics(snapshot)

@@ -129,7 +129,7 @@ def _channel_stats(channel: Channel, clients_topic_filter: str | None) -> Stats:
         if clients_topic_filter is None
         else [client_stats(c, clients_topic_filter) for c in channel.clients]
     )
-    return {
+    stats: Stats = {
         "channel_name": channel.name,
         "depth": channel.depth,
         "backend_depth": channel.backend.depth,
@@ -146,6 +146,16 @@ def _channel_stats(channel: Channel, clients_topic_filter: str | None) -> Stats:
         ),
         **stats_fields(channel),
     }
+    screen = channel.screen
+    if screen is not None or channel.dead_letter_count or channel.expired_count:
+        # Beyond NSQ (dead_letter.py), only on a channel with a limit or a count.
+        stats["dead_letter_count"] = channel.dead_letter_count
+        stats["expired_count"] = channel.expired_count
+        stats["max_attempts"] = 0 if screen is None else screen.max_attempts
+        stats["message_ttl"] = 0 if screen is None else screen.ttl_ns
+        dead_letter_topic = None if screen is None else screen.dead_letter_topic
+        stats["dead_letter_topic"] = dead_letter_topic or ""
+    return stats
 
 
 def _producers_stats(nsqd: NSQD, topic_filter: str) -> list[Stats] | None:

@@ -50,6 +50,7 @@ from .backend import (
     to_wall_ns,
 )
 from .channel import Channel
+from .dead_letter import Limits
 from .lookup import register, unregister
 from .wakeup import Wakeup
 
@@ -74,6 +75,7 @@ class Topic:
         "bounded",
         "channels",
         "deferred",
+        "delivery_limits",
         "dropped_count",
         "durable",
         "ephemeral",
@@ -126,6 +128,8 @@ class Topic:
         self.bounded = self.limits is not None
         self.dropped_count = 0
         self.rejected_count = 0
+        #: Its own dead-lettering and TTL settings, for its channels (dead_letter.py).
+        self.delivery_limits: Limits | None = None
 
     @property
     def depth(self) -> int:
@@ -426,6 +430,14 @@ class Topic:
         """Begin copying messages to the channels (after the lookupd channel query)."""
         self.started = True
         self.wake.set()
+
+    def set_delivery_limits(self, limits: Limits | None) -> None:
+        """Its own dead-lettering and TTL settings (None or empty: none); nsqd.dat keeps them."""
+        self.delivery_limits = None if limits is None or limits.is_empty() else limits
+        for channel in self.channels.values():
+            channel.refresh_screen()
+        if not self.ephemeral:
+            self.nsqd.persist_metadata(self.name)
 
     def pause(self) -> None:
         """Stop copying messages to the channels; they wait in the topic."""

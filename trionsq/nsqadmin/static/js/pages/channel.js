@@ -11,6 +11,7 @@ import { runAction } from "../actions.js";
 import { unansweredMap } from "../banners.js";
 import {
   badge,
+  deadLetterInfo,
   downNodeRows,
   e2eCells,
   e2eGroupRow,
@@ -147,8 +148,10 @@ export function mount(root, params, ctx) {
         )
       : empty("No clients are connected to this channel.", "no-clients");
 
+    const deadLetters = deadLetterInfo(data);
     render(
       body,
+      deadLetters ? h("p.dead-letter-summary", deadLetters) : null,
       h("h2", "Per nsqd"),
       nodes.length || down.size ? nodeTable : empty("No nsqd has this channel.", "no-producers"),
       h("h2", `Clients (${commafy(clients.length)})`),

@@ -35,6 +35,23 @@ export function badge(text, kind = "", attrs = {}) {
   return h(`span.badge${kind ? `.badge-${kind}` : ""}`, attrs, text);
 }
 
+// trionsq's dead-lettering and TTL: the channel's counts and a link to its dead-letter topic,
+// or nothing when its nsqds do not dead-letter or expire (no such keys in their stats).
+export function deadLetterInfo(s) {
+  if (s.dead_letter_count === undefined) return null;
+  const target = s.dead_letter_topic
+    ? [" → ", link(topicPath(s.dead_letter_topic), s.dead_letter_topic, { testid: "dead-letter-link" })]
+    : [];
+  return h(
+    "span.dead-letters",
+    { testid: "dead-letters", title: "moved to the dead-letter topic (past max attempts or their TTL); expired: past their TTL" },
+    badge(h("span", "dead-lettered ", h("b", { testid: "dead-letter-count" }, commafy(s.dead_letter_count))), "dead"),
+    ...target,
+    " ",
+    badge(h("span", "expired ", h("b", { testid: "expired-count" }, commafy(s.expired_count))), "expired"),
+  );
+}
+
 export function pausedBadge(paused) {
   return paused ? badge("paused", "paused", { testid: "paused-badge" }) : null;
 }

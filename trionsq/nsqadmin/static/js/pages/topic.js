@@ -11,6 +11,7 @@ import { unansweredMap } from "../banners.js";
 import {
   channelPath,
   channelTotals,
+  deadLetterInfo,
   downNodeRows,
   e2eCells,
   e2eGroupRow,
@@ -106,7 +107,13 @@ export function mount(root, params, ctx) {
       return h(
         "tr",
         { testid: "channel-row", data: { channel: c.channel_name, key: c.channel_name } },
-        h("td.name", link(channelPath(topic, c.channel_name), c.channel_name, { testid: "channel-link" }), " ", pausedBadge(c.paused)),
+        h(
+          "td.name",
+          link(channelPath(topic, c.channel_name), c.channel_name, { testid: "channel-link" }),
+          " ",
+          pausedBadge(c.paused),
+          deadLetterInfo(c) ? h("div.small", deadLetterInfo(c)) : null,
+        ),
         h("td.chart", sparkline(series.points, { title: `${c.channel_name} msgs/s` })),
         ...statCells(c, c.client_count),
         ...e2eCells(c.e2e_processing_latency, cqs),
