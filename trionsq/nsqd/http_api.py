@@ -388,8 +388,6 @@ def _limits_from_query(
     apply again), a parameter not given keeps its setting."""
     raw_attempts = first(params, "max_attempts")
     raw_ttl = first(params, "message_ttl")
-    if raw_attempts is None and raw_ttl is None:
-        raise HTTPError(400, "MISSING_ARG_MAX_ATTEMPTS_OR_MESSAGE_TTL")
     limits = Limits() if current is None else Limits(current.max_attempts, current.message_ttl)
     if raw_attempts is not None:
         if raw_attempts == "":
