@@ -256,25 +256,10 @@ class Channel:
         self.backend.drop_deferred([framed_id(frame) for frame in frames])
 
     def _take(self, count: int) -> list[bytes]:
-        # `_take_queued`, inline: the delivery path is a call shorter without a screen.
-        memory = self.memory
-        backend = self.backend
-        if count >= len(memory):
-            frames = list(memory)
-            memory.clear()
-            while len(frames) < count:
-                taken = backend.take(count - len(frames))
-                if not taken:
-                    break
-                if backend.deferred_due:
-                    taken = self._restore_deferred(taken)
-                frames += taken
-        else:
-            popleft = memory.popleft
-            frames = [popleft() for _ in range(count)]
+        frames = self._take_queued(count)
         if self.screen is not None:
             frames = self._screened(self.screen, frames, count)
-        if self.refill_below and len(memory) + backend.depth < self.refill_below:
+        if self.refill_below and len(self.memory) + self.backend.depth < self.refill_below:
             self.topic.wake.set()  # the topic's pump moves more of its backlog here
         return frames
 

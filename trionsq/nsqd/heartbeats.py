@@ -47,10 +47,6 @@ class PumpStarter:
     def __init__(self, client: ClientV2) -> None:
         self.client = client
 
-    @property
-    def idle(self) -> bool:
-        return True
-
     def set(self) -> None:
         client = self.client
         if client.channel is None:
