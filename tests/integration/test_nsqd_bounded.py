@@ -18,7 +18,7 @@ import trio
 
 from tests.conformance.nsq_conn import NSQConn
 from tests.integration.test_nsqd_durability import FullDisk
-from tests.integration.test_nsqd_power_cut import _drain, _options, machine_off_at_the_cut
+from tests.integration.test_nsqd_power_cut import _drain, _options
 from tests.nsqd_harness import Conn, start_nsqd
 from trionsq.diskqueue.simulated import SimulatedDisk
 from trionsq.nsqd.nsqd import NSQD
@@ -442,7 +442,7 @@ async def test_reject_with_sync_ack_keeps_every_acknowledged_message_across_a_po
         except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
             return
 
-    with trio.CancelScope() as scope, machine_off_at_the_cut():
+    with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             nsqd = NSQD(options, fs=disk)
             await nursery.start(nsqd.run)

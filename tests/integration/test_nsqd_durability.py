@@ -277,6 +277,66 @@ async def test_a_full_disk_fails_pub_reports_unhealthy_and_loses_nothing(
     assert (await consumer.message()).body == b"after"
 
 
+class UnreadableDisk:
+    """Makes reads of the disk queues' segments fail with EIO until `heal` is called."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        real_pread = LocalFileSystem.pread
+        self.failing = True
+        self.failed = 0
+
+        def pread(fs: LocalFileSystem, fd: int, size: int, offset: int) -> bytes:
+            if self.failing:
+                self.failed += 1
+                raise OSError(5, "Input/output error")
+            return real_pread(fs, fd, size, offset)
+
+        monkeypatch.setattr(LocalFileSystem, "pread", pread)
+
+    def heal(self) -> None:
+        self.failing = False
+
+
+@pytest.mark.parametrize("where", ["topic", "channel"])
+async def test_a_disk_that_refuses_reads_reports_unhealthy_retries_and_loses_nothing(
+    nursery, tmp_path, monkeypatch, where
+):
+    """A read error in the topic's backlog move (`where` = topic) or in a channel's delivery
+    (`where` = channel) used to end nsqd (and lose the batch being read). Now: health NOK,
+    publishing goes on, a retry about once a second (not a busy loop), and once the disk
+    reads again every message is delivered without any client doing anything more."""
+    nsqd = await start_nsqd(nursery, str(tmp_path), mem_queue_size=0)
+    topic = nsqd.get_topic("t")
+    channel = topic.get_channel("c")
+    if where == "topic":
+        disk = UnreadableDisk(monkeypatch)
+        await publish(nsqd, "t", [b"m%d" % i for i in range(30)])
+    else:
+        await publish(nsqd, "t", [b"m%d" % i for i in range(30)])
+        with trio.fail_after(5):
+            while topic.backend.depth:  # moved to the channel's disk queue
+                await trio.sleep(0.01)
+        disk = UnreadableDisk(monkeypatch)
+    consumer = await Conn.consumer(nsqd, "t", "c", ready=100)
+    with trio.fail_after(5):
+        while not nsqd.health.startswith("NOK"):
+            await trio.sleep(0.01)
+    assert nsqd.health == "NOK - failed to read from disk - Input/output error"
+    await consumer.no_frame_for(0.3)
+    failed_before = disk.failed
+    await trio.sleep(1.5)
+    assert 1 <= disk.failed - failed_before <= 6  # retried, about once a second
+    await publish(nsqd, "t", [b"during"])  # writes still work
+    assert channel.depth + topic.backend.depth == 31
+    disk.heal()
+    with trio.fail_after(5):
+        delivered = await consumer.messages(31)
+    assert sorted(m.body for m in delivered) == sorted(
+        [b"m%d" % i for i in range(30)] + [b"during"]
+    )
+    assert nsqd.health == "OK"
+
+
 async def test_requeue_while_the_disk_is_full_keeps_the_message_in_memory(
     nursery, tmp_path, monkeypatch
 ):

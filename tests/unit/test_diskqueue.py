@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trionsq.diskqueue import DiskQueue, DiskQueueError
+from trionsq.diskqueue import DiskQueue, DiskQueueError, frames_from_records
 from trionsq.diskqueue import queue as dqqueue
 from trionsq.diskqueue.fs import LocalFileSystem
 from trionsq.protocol.message import encode_message_frame, framed_id
@@ -949,6 +949,80 @@ def test_write_failure_in_the_read_file_does_not_reach_the_reader(tmp_path: Path
     q.put_many(frames[2:])
     assert q.take(10) == frames[2:]
     assert q.depth == 0
+    q.close()
+
+
+# --- read failures -----------------------------------------------------------------------
+
+
+def _failing_reads(fs: LocalFileSystem, after: int, call: str = "pread") -> Callable[[], None]:
+    """`fs.<call>` works `after` times, then fails with EIO; returns the function that ends
+    the failures."""
+    real = getattr(fs, call)
+    calls = 0
+
+    def failing(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls > after:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(*args)
+
+    setattr(fs, call, failing)
+    return lambda: delattr(fs, call)
+
+
+@pytest.mark.parametrize(("track", "raw"), [(False, False), (True, False), (False, True)])
+def test_a_failed_read_hands_out_what_was_read_and_the_next_take_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, track: bool, raw: bool
+) -> None:
+    """EIO in the middle of a batch: the records read before it are handed out (not lost
+    with the exception, as they were), the reader stays before the failed read, and once
+    the disk reads again everything else comes, each message once."""
+    monkeypatch.setattr(dqqueue, "READ_CHUNK", 200)
+    frames = [_frame(n, 3 + (n * 7) % 50) for n in range(40)]
+    fs = LocalFileSystem()
+    q = _queue(tmp_path, fs=fs, max_bytes_per_file=1000, track_consumption=track)
+    q.put_many(frames)
+    restore = _failing_reads(fs, after=2)
+
+    def take(count: int) -> list[bytes]:
+        if not raw:
+            return q.take(count)
+        pieces, taken = q.take_records(count)
+        got = frames_from_records(pieces)
+        assert len(got) == taken
+        return got
+
+    first = take(100)
+    assert 0 < len(first) < len(frames)
+    assert first == frames[: len(first)]
+    assert q.read_error is not None and q.read_error.errno == errno.EIO
+    assert take(100) == []  # still failing: nothing, no exception, no skipped segment
+    assert q.depth == len(frames) - len(first)
+    restore()
+    rest = take(100)
+    rest += take(100)
+    assert first + rest == frames
+    assert q.read_error is None
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".bad")]
+    q.close()
+
+
+def test_a_segment_that_cannot_be_opened_is_retried_not_set_aside(tmp_path: Path) -> None:
+    """go-diskqueue renames a segment .bad on any read error; an open refused by the disk
+    loses nothing here."""
+    frames = [_frame(n) for n in range(20)]
+    fs = LocalFileSystem()
+    q = _queue(tmp_path, fs=fs, max_bytes_per_file=200)
+    q.put_many(frames)
+    restore = _failing_reads(fs, after=0, call="open")
+    assert q.take(100) == []
+    assert q.read_error is not None
+    restore()
+    assert _take_all(q) == frames
+    assert q.read_error is None
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".bad")]
     q.close()
 
 

@@ -23,11 +23,18 @@ one that were already finished come back too: delivery is at least once.
 Deferred messages of a durable topic or channel live in the queue's `DeferredLog`
 (deferred.py) while they wait; a record read from the queue whose message that log holds is
 skipped (the log's copy stands for it).
+
+A read the disk refuses (an OSError: EIO, a file that cannot be opened) is not corruption: the
+records read before it are handed out, the reader stays where it was, `read_error` says why,
+and the next `take` tries again (the daemon retries after READ_RETRY_INTERVAL). go-diskqueue
+renames the segment ``.bad`` on any read error and loses what it held; only records that are
+read and found malformed are treated so here.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import logging
 import struct
@@ -97,6 +104,15 @@ class _CorruptRecord(Exception):
     consumed = 0
 
 
+class _ReadFailed(Exception):
+    """The disk refused a read (`error`) after `consumed` records of the batch."""
+
+    def __init__(self, error: OSError, consumed: int) -> None:
+        super().__init__(error)
+        self.error = error
+        self.consumed = consumed
+
+
 class DiskQueue:
     """A FIFO of message frames in ``<data_path>/<name>.diskqueue.*`` (reference §7)."""
 
@@ -131,6 +147,8 @@ class DiskQueue:
         #: queue's --max-queue-bytes limits. Kept per append and per read batch; after a
         #: skipped bad or missing segment it is an estimate until the reader reaches the writer.
         self.depth_bytes = 0
+        #: Why the last read failed, until a read works again (see the module docstring).
+        self.read_error: OSError | None = None
         #: Message ID -> due time (Unix ns) of messages that were deferred at shutdown.
         self.deferred_due: dict[bytes, int] = {}
         self._track = track_consumption
@@ -415,17 +433,27 @@ class DiskQueue:
         while done < max_count:
             if self._read_file == self._write_file and self._read_pos >= self._write_pos:
                 break
-            if self._rfd is None and not self._open_read_file():
-                continue
-            end = self._write_pos if self._read_file == self._write_file else self._read_end
-            if self._read_pos >= end:
-                self._next_read_file()
-                continue
             try:
+                if self._rfd is None and not self._open_read_file():
+                    continue
+                end = self._write_pos if self._read_file == self._write_file else self._read_end
+                if self._read_pos >= end:
+                    self._next_read_file()
+                    continue
                 done += read(max_count - done, end)
             except _CorruptRecord as err:
                 done += err.consumed
                 self._skip_bad_read_file(str(err))
+            except _ReadFailed as err:
+                done += err.consumed
+                self._read_failed(err.error)
+                break
+            except OSError as err:  # opening the read file
+                self._read_failed(err)
+                break
+            else:
+                if self.read_error is not None:
+                    self._read_recovered()
         if (
             self._rfd is not None
             and self._read_file < self._write_file
@@ -521,6 +549,8 @@ class DiskQueue:
         except _CorruptRecord as err:
             err.consumed = consumed
             raise
+        except OSError as err:
+            raise _ReadFailed(err, consumed) from err
         finally:
             self._read_done(off, base, consumed)
         return consumed
@@ -603,6 +633,8 @@ class DiskQueue:
         except _CorruptRecord as err:
             err.consumed = consumed
             raise
+        except OSError as err:
+            raise _ReadFailed(err, consumed) from err
         finally:
             if off > run_start:
                 pieces.append(buf[run_start:off])
@@ -636,17 +668,20 @@ class DiskQueue:
         return buf, view, 0, self._rbuf_pos
 
     def _open_read_file(self) -> bool:
+        """Open the read file; False if it is missing (the reader moved on to the next).
+        Raises OSError when the disk refuses."""
         path = data_file_name(self.data_path, self.name, self._read_file)
         try:
             fd = self._fs.open(path, O_RDONLY)
         except FileNotFoundError:
             self._skip_missing_read_file()
             return False
-        except OSError as err:
-            self._skip_bad_read_file(f"open: {err}")
-            return False
         if self._read_file < self._write_file:
-            self._read_end = self._fs.fsize(fd)
+            try:
+                self._read_end = self._fs.fsize(fd)
+            except OSError:
+                self._fs.close(fd)
+                raise
         self._rfd = fd
         self._reset_read_buffer()
         return True
@@ -659,8 +694,11 @@ class DiskQueue:
 
     def _close_read_file(self) -> None:
         if self._rfd is not None:
-            self._fs.close(self._rfd)
-            self._rfd = None
+            fd, self._rfd = self._rfd, None
+            with contextlib.suppress(OSError):
+                # A read-only descriptor has nothing to lose, and Linux releases it even
+                # when close reports an error.
+                self._fs.close(fd)
         self._reset_read_buffer()
 
     def _next_read_file(self) -> None:
@@ -706,6 +744,25 @@ class DiskQueue:
         if self._wfd is not None:
             self._retired_fds.append(self._wfd)
             self._wfd = None
+
+    def _read_failed(self, err: OSError) -> None:
+        """The disk refused a read: say so once (until reading works again); the caller
+        stops, and a later `take` tries again from where the reader stands."""
+        if self.read_error is None:
+            log.error(
+                "DISKQUEUE(%s) failed to read at %d of %s - %s; retrying",
+                self.name,
+                self._read_pos,
+                data_file_name(self.data_path, self.name, self._read_file),
+                err.strerror or err,
+            )
+        self.read_error = err
+        # Read again from the reader's position, not from a buffer the failure left behind.
+        self._close_read_file()
+
+    def _read_recovered(self) -> None:
+        log.warning("DISKQUEUE(%s) reading again after a failed read", self.name)
+        self.read_error = None
 
     def _skip_bad_read_file(self, why: str) -> None:
         """go-diskqueue's recovery: rename the segment ``.bad`` and go on with the next."""

@@ -2,8 +2,8 @@
 backend of ephemeral topics and channels (as in NSQ).
 
 A backend holds messages beyond ``--mem-queue-size`` as framed `bytes` (trionsq.protocol.message).
-`DiskBackend` is trionsq.diskqueue's `DiskQueue` reporting write failures to the daemon's health
-(`/ping`), as Go nsqd's SetHealth does.
+`DiskBackend` is trionsq.diskqueue's `DiskQueue` reporting write and read failures to the
+daemon's health (`/ping`), as Go nsqd's SetHealth does for writes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("trionsq.nsqd")
 
 
+#: Seconds between retries of a disk queue whose last read failed (see `Backend.read_error`).
+READ_RETRY_INTERVAL = 1.0
+
+
+#: nsqd's health text when all is well (`/ping`), and the failures a disk queue reports.
+HEALTHY = "OK"
+_WRITE_FAILED = "failed to write to disk"
+_READ_FAILED = "failed to read from disk"
+
+
 class BackendError(Exception):
     """The backend could not store messages (PUB answers E_PUB_FAILED)."""
 
@@ -44,6 +54,9 @@ class Backend(Protocol):
     deferred_due: dict[bytes, int]
     #: Message ID -> (due time in Unix ns, frame) of the deferred messages held durably.
     held_deferred: dict[bytes, tuple[int, bytes]]
+    #: Why the last read from the disk failed, until one works again (`take` then hands out
+    #: what it read before the failure; the caller retries after READ_RETRY_INTERVAL).
+    read_error: OSError | None
 
     def put(self, frame: bytes) -> None:
         """Append one message; raises BackendError on failure."""
@@ -200,16 +213,16 @@ class DiskBackend(DiskQueue):
             super().put_many(frames)
         except (OSError, DiskQueueError) as err:
             raise self._failed(err) from err
-        if self._nsqd.health != "OK":
-            self._nsqd.health = "OK"
+        if self._nsqd.health != HEALTHY:
+            self._healthy_again(_WRITE_FAILED)
 
     def put_records(self, pieces: list[bytes], count: int) -> None:
         try:
             super().put_records(pieces, count)
         except (OSError, DiskQueueError) as err:
             raise self._failed(err) from err
-        if self._nsqd.health != "OK":
-            self._nsqd.health = "OK"
+        if self._nsqd.health != HEALTHY:
+            self._healthy_again(_WRITE_FAILED)
 
     def hold_deferred(self, entries: Iterable[tuple[bytes, int]]) -> None:
         try:
@@ -217,10 +230,24 @@ class DiskBackend(DiskQueue):
         except (OSError, DiskQueueError) as err:
             raise self._failed(err) from err
 
+    def _read_failed(self, err: OSError) -> None:
+        super()._read_failed(err)
+        self._nsqd.health = f"NOK - {_READ_FAILED} - {err.strerror or err}"
+
+    def _read_recovered(self) -> None:
+        super()._read_recovered()
+        self._healthy_again(_READ_FAILED)
+
+    def _healthy_again(self, what_worked: str) -> None:
+        """A write or read worked: clear the health failure of that kind (a disk that takes
+        writes but refuses reads stays unhealthy, and the other way round)."""
+        if self._nsqd.health.startswith(f"NOK - {what_worked}"):
+            self._nsqd.health = HEALTHY
+
     def _failed(self, err: OSError | DiskQueueError) -> BackendError:
         if isinstance(err, DiskQueueError):
             return BackendError(str(err))
-        reason = f"failed to write to disk - {err.strerror or err}"
+        reason = f"{_WRITE_FAILED} - {err.strerror or err}"
         self._nsqd.health = f"NOK - {reason}"
         return BackendError(reason)
 
@@ -237,6 +264,7 @@ class DiscardBackend:
     owed: ClassVar[dict[bytes, int]] = {}
     deferred_due: ClassVar[dict[bytes, int]] = {}
     held_deferred: ClassVar[dict[bytes, tuple[int, bytes]]] = {}
+    read_error: ClassVar[OSError | None] = None
 
     def put(self, frame: bytes) -> None:
         pass

@@ -33,6 +33,7 @@ from ..diskqueue import frames_from_records
 from ..protocol.message import framed_id, with_attempts
 from . import bounds
 from .backend import (
+    READ_RETRY_INTERVAL,
     Backend,
     BackendError,
     from_wall_ns,
@@ -87,6 +88,7 @@ class Channel:
         "nsqd",
         "orphans",
         "paused",
+        "read_retry_at",
         "refill_below",
         "rejected_count",
         "requeue_count",
@@ -136,6 +138,8 @@ class Channel:
         self.expired_count = 0
         #: `_take` stopped screening at SCREEN_BATCH: the queue scan dispatches again.
         self.rescreen = False
+        #: When to try the disk queue again after a read failed (the queue scan dispatches).
+        self.read_retry_at = math.inf
         # Deferred messages the deferred log kept across a restart or crash.
         for due_ns, frame in backend.held_deferred.values():
             self._push_deferred(frame, from_wall_ns(due_ns))
@@ -273,6 +277,8 @@ class Channel:
             while len(frames) < count:
                 taken = backend.take(count - len(frames))
                 if not taken:
+                    if backend.read_error is not None:
+                        self._retry_read_later()
                     break
                 if backend.deferred_due:
                     taken = self._restore_deferred(taken)
@@ -281,6 +287,11 @@ class Channel:
             popleft = memory.popleft
             frames = [popleft() for _ in range(count)]
         return frames
+
+    def _retry_read_later(self) -> None:
+        if self.read_retry_at == math.inf:
+            self.read_retry_at = trio.current_time() + READ_RETRY_INTERVAL
+            self.nsqd.scan_notify(self.read_retry_at)
 
     def _screened(self, screen: Screen, frames: list[bytes], count: int) -> list[bytes]:
         """The frames to deliver of those taken, topped up to `count` from the queue: the
@@ -485,6 +496,9 @@ class Channel:
                 due.append(heapq.heappop(deferred)[2])
             self._requeue_due(due)
             requeued = True
+        if self.read_retry_at <= now:
+            self.read_retry_at = math.inf
+            requeued = True
         if requeued or self.rescreen:
             self.rescreen = False
             self.dispatch()
@@ -512,6 +526,7 @@ class Channel:
 
     def next_deadline(self) -> float:
         earliest = self.deferred[0][0] if self.deferred else math.inf
+        earliest = min(earliest, self.read_retry_at)
         for client in self.clients:
             if client.in_flight:
                 earliest = min(earliest, client.earliest_deadline())

@@ -42,6 +42,7 @@ from ..protocol.message import FRAMED_BODY_OFFSET, encode_new_frames, framed_id
 from ..protocol.names import is_ephemeral
 from . import bounds
 from .backend import (
+    READ_RETRY_INTERVAL,
     Backend,
     from_wall_ns,
     queue_with_overflow,
@@ -236,6 +237,9 @@ class Topic:
             if self.exiting:
                 return
             if self.pump_once():
+                if self.backend.read_error is not None:
+                    # The disk refuses reads: try again later, not in a busy loop.
+                    await trio.sleep(READ_RETRY_INTERVAL)
                 # More is queued: go on after letting other tasks run.
                 self.wake.set()
 
@@ -338,10 +342,13 @@ class Topic:
         undecoded = [channel.takes_records for channel in targets]
         if targets and not any(undecoded):
             frames = backend.take(count)
-            for channel in targets:
-                channel.put_many(frames)
+            if frames:
+                for channel in targets:
+                    channel.put_many(frames)
             return len(frames)
         pieces, taken = backend.take_records(count)
+        if not taken:
+            return 0
         if not all(undecoded):
             frames = frames_from_records(pieces)
         for channel, records in zip(targets, undecoded, strict=True):
