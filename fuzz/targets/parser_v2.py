@@ -10,7 +10,8 @@ What must hold:
 * every command re-encoded with trionsq.protocol.commands' encoders parses back equal (where
   the command is representable: no parameter ends in ``\\r``);
 * a framing parser (given `new_id_runs`, as nsqd's) yields the same commands, errors and bodies,
-  each PUB, DPUB and MPUB body as message frames with IDs taken in order.
+  each PUB, DPUB and MPUB body as message frames with IDs taken in order; with MPUB's framing
+  loop in Python and compiled (_speedups.c) alike.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import struct
 
 from trionsq.protocol import commands as c
+from trionsq.protocol import parser
 from trionsq.protocol.commands import Command
 from trionsq.protocol.parser import CommandParser
 
@@ -32,7 +34,13 @@ def _parse(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]:
     return drive_parser(CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY), chunks)
 
 
-def _framed(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]:
+#: MPUB's framing loops: the Python one, and the compiled one where it is built.
+_LOOPS = [None] + ([parser.COMPILED_FRAME_MPUB] if parser.COMPILED_FRAME_MPUB else [])
+
+
+def _framed(
+    chunks: list[bytes], loop: parser.FrameMpub | None
+) -> tuple[list[Command], tuple[str, str] | None]:
     taken = [0]
 
     def new_id_runs(count: int) -> list[tuple[bytes, int, int]]:
@@ -44,8 +52,13 @@ def _framed(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]
         taken[0] += count
         return runs
 
-    parser = CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY, new_id_runs=new_id_runs)
-    return drive_parser(parser, chunks)
+    framing = CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY, new_id_runs=new_id_runs)
+    saved = parser._frame_mpub
+    parser._frame_mpub = loop
+    try:
+        return drive_parser(framing, chunks)
+    finally:
+        parser._frame_mpub = saved
 
 
 def _unframed(cmd: Command, next_id: list[int]) -> Command:
@@ -86,10 +99,18 @@ def test_one_input(data: bytes) -> None:
     commands_whole, error_whole = _parse([whole] if whole else [])
     check(commands == commands_whole, "commands depend on the split")
     check(error == error_whole, f"error depends on the split: {error} vs {error_whole}")
-    framed, framed_error = _framed(chunks)
-    next_id = [0]
-    check([_unframed(f, next_id) for f in framed] == commands, "framing changes the commands")
-    check(framed_error == error, f"framing changes the error: {framed_error} vs {error}")
+    for loop in _LOOPS:
+        framed, framed_error = _framed(chunks, loop)
+        next_id = [0]
+        kind = "compiled" if loop else "python"
+        check(
+            [_unframed(f, next_id) for f in framed] == commands,
+            f"framing ({kind}) changes the commands",
+        )
+        check(
+            framed_error == error,
+            f"framing ({kind}) changes the error: {framed_error} vs {error}",
+        )
     for cmd in commands:
         if isinstance(cmd.body, bytes):
             check(len(cmd.body) <= MAX_BODY, "body over the limit")

@@ -8,6 +8,7 @@ cut into reads.
 from __future__ import annotations
 
 import json
+import os
 import random
 import struct
 from itertools import pairwise
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trionsq.protocol import Command, CommandParser, ProtocolError, parse_uint
+from trionsq.protocol import parser as parser_module
 from trionsq.protocol.parser import MAX_LINE_LENGTH
 
 MAX_MSG = 1024 * 1024
@@ -734,6 +736,28 @@ def test_arbitrary_bytes_parse_the_same_whatever_the_chunking(
 # -- framing: a parser given new_id_runs returns PUB, DPUB and MPUB bodies as message frames ------
 
 
+@pytest.fixture(params=["python", "compiled"])
+def framing_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with MPUB's framing loop in Python, then compiled (_speedups.c)."""
+    if request.param == "python":
+        monkeypatch.setattr(parser_module, "_frame_mpub", None)
+    else:
+        monkeypatch.setattr(parser_module, "_frame_mpub", _compiled_loop())
+    return str(request.param)
+
+
+def _compiled_loop() -> parser_module.FrameMpub:
+    compiled = parser_module.COMPILED_FRAME_MPUB
+    if compiled is None:
+        if os.environ.get("TRIONSQ_PURE_PYTHON"):
+            pytest.skip("TRIONSQ_PURE_PYTHON is set: the compiled loop is not wanted")
+        pytest.fail(
+            "trionsq/protocol/_speedups.c is not built: install a C compiler and run "
+            "scripts/setup-venv (or set TRIONSQ_PURE_PYTHON=1 to test without it)"
+        )
+    return compiled
+
+
 class CountingIds:
     """`new_id_runs` for the parser: consecutive IDs (0, 1, 2, ... in hex), counting how many
     were taken, in runs of at most two (as when a clock tick's sequence runs out)."""
@@ -764,7 +788,7 @@ FRAMED_STREAM = (
 )
 
 
-def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies() -> None:
+def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies(framing_loop: str) -> None:
     plain, err = run_whole(FRAMED_STREAM)
     assert err is None
     framed, err = run_whole(FRAMED_STREAM, new_id_runs=CountingIds())
@@ -784,7 +808,7 @@ def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies() -> No
 
 
 @pytest.mark.parametrize("split", range(1, len(FRAMED_STREAM)))
-def test_framing_does_not_depend_on_how_the_stream_is_cut(split: int) -> None:
+def test_framing_does_not_depend_on_how_the_stream_is_cut(split: int, framing_loop: str) -> None:
     whole, err = run_whole(FRAMED_STREAM, new_id_runs=CountingIds())
     cut, err_cut = run([FRAMED_STREAM[:split], FRAMED_STREAM[split:]], new_id_runs=CountingIds())
     assert err is None and err_cut is None
@@ -797,7 +821,7 @@ def test_framing_does_not_depend_on_how_the_stream_is_cut(split: int) -> None:
     ]
 
 
-def test_framing_takes_ids_a_block_at_a_time() -> None:
+def test_framing_takes_ids_a_block_at_a_time(framing_loop: str) -> None:
     """A client may declare a million messages and send a few: the parser takes IDs for a
     block, not for the count declared."""
     from trionsq.protocol.parser import ID_BLOCK
@@ -809,13 +833,69 @@ def test_framing_takes_ids_a_block_at_a_time() -> None:
     assert 0 < ids.taken <= ID_BLOCK
 
 
-def test_framing_keeps_mpub_errors() -> None:
+def test_framing_keeps_mpub_errors(framing_loop: str) -> None:
     data = body_cmd(b"MPUB t", mpub_body([b"ok", b""]))
     assert err_key(run_whole(data)[1]) == err_key(run_whole(data, new_id_runs=CountingIds())[1])
     big = body_cmd(b"MPUB t", mpub_body([b"x" * 11]))
     assert err_key(run_whole(big, max_msg_size=10)[1]) == err_key(
         run_whole(big, max_msg_size=10, new_id_runs=CountingIds())[1]
     )
+
+
+def _strip_timestamps(commands: list[Command]) -> list[object]:
+    return [[f[:8] + f[16:] for f in c.body] if isinstance(c.body, list) else c for c in commands]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=-3, max_value=40), min_size=1, max_size=30),
+    max_msg=st.integers(min_value=1, max_value=40),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=6),
+    run_length=st.integers(min_value=1, max_value=5),
+    first_id=st.integers(min_value=0, max_value=5000),
+)
+def test_the_compiled_framing_loop_matches_the_python_one(
+    sizes: list[int], max_msg: int, cuts: list[int], run_length: int, first_id: int
+) -> None:
+    """Records of any size (invalid ones too), the stream cut anywhere, IDs in runs of any
+    length from anywhere in a tick: the same frames, the same error, the same IDs taken."""
+    compiled = _compiled_loop()
+    records = b"".join(size(n) + bytes([65 + i % 26]) * max(n, 0) for i, n in enumerate(sizes))
+    data = body_cmd(b"MPUB t", size(len(sizes)) + records)
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in pairwise([0, *points, len(data)]) if b > a]
+
+    def parse(loop: parser_module.FrameMpub | None) -> tuple[object, object, int]:
+        ids = CountingIds()
+        ids.taken = first_id
+
+        def new_id_runs(count: int) -> list[tuple[bytes, int, int]]:
+            runs = []
+            for _ in range(count):
+                runs += ids(1)
+            # merge into runs of `run_length` where they are consecutive in one tick
+            merged: list[tuple[bytes, int, int]] = []
+            for high, start, end in runs:
+                if (
+                    merged
+                    and merged[-1][0] == high
+                    and merged[-1][2] == start
+                    and merged[-1][2] - merged[-1][1] < run_length
+                ):
+                    merged[-1] = (high, merged[-1][1], end)
+                else:
+                    merged.append((high, start, end))
+            return merged
+
+        saved = parser_module._frame_mpub
+        parser_module._frame_mpub = loop
+        try:
+            commands, error = run(chunks, max_msg_size=max_msg, new_id_runs=new_id_runs)
+        finally:
+            parser_module._frame_mpub = saved
+        return _strip_timestamps(commands), err_key(error), ids.taken
+
+    assert parse(compiled) == parse(None)
 
 
 # -- take_fins: runs of FIN taken in one pass ---------------------------------------------

@@ -22,6 +22,10 @@ frame, after a prefix (header and the ID's first 13 digits) made once per body s
 IDs. `Command.body` is then a list of frames for all three. Without it, PUB and DPUB bodies are
 `bytes` and MPUB's a list of them.
 
+The MPUB framing loop also exists compiled, in `_speedups.c` (built by setup.py where a C
+compiler is found): it is used when importable, unless TRIONSQ_PURE_PYTHON is set; the Python
+loop here is the reference, and the tests and fuzzers check the two agree.
+
 Bytes are kept as the immutable `bytes` received (slicing is cheaper than a bytearray here);
 a body still arriving is collected in chunks and joined once, so a large body costs no
 quadratic copying.
@@ -36,6 +40,7 @@ RSS per byte received, measured). Once every command of a read is consumed, the 
 
 from __future__ import annotations
 
+import os
 import struct
 import time
 from collections.abc import Callable
@@ -52,6 +57,21 @@ from .frames import FRAME_TYPE_MESSAGE
 from .goquote import go_quote
 from .guid import SEQUENCE_HEX
 from .names import is_valid_topic_name
+
+FrameMpub = Callable[
+    [bytes | bytearray, int, int, int, int, bytes, int, int, list[bytes]],
+    tuple[int, int, int, int, int],
+]
+#: The compiled MPUB framing loop, None where _speedups.c was not built.
+COMPILED_FRAME_MPUB: FrameMpub | None = None
+try:
+    from ._speedups import BAD_SIZE as _BAD_SIZE
+    from ._speedups import NEED_BYTES as _NEED_BYTES
+    from ._speedups import frame_mpub as COMPILED_FRAME_MPUB
+except ImportError:  # not built (no C compiler where it was installed): the Python loop
+    _BAD_SIZE = _NEED_BYTES = -1
+#: The loop parsers use: the compiled one, unless TRIONSQ_PURE_PYTHON is set (tests swap it).
+_frame_mpub = None if os.environ.get("TRIONSQ_PURE_PYTHON") else COMPILED_FRAME_MPUB
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
@@ -414,6 +434,27 @@ class CommandParser:
                 append(buf[pos + 4 : end])
                 pos = end
                 left -= 1
+        elif _frame_mpub is not None:
+            # The loop below, compiled (_speedups.c): it stops when the run of IDs is used up.
+            timestamp = self._timestamp
+            high, sequence, run_end = self._run
+            runs = self._runs
+            while left:
+                if sequence == run_end:
+                    if not runs:
+                        runs = self.new_id_runs(min(left, ID_BLOCK))
+                        runs.reverse()  # taken from the end
+                    high, sequence, run_end = runs.pop()
+                status, pos, left, sequence, value = _frame_mpub(
+                    buf, pos, left, max_msg, timestamp, high, sequence, run_end, bodies
+                )
+                if status == _NEED_BYTES:
+                    need = value
+                    break
+                if status == _BAD_SIZE:
+                    _bad_mpub_message(len(bodies), value, max_msg)
+            self._run = (high, sequence, run_end)
+            self._runs = runs
         else:
             # The same loop, each message framed as it is read (the publish hot path).
             heads = self._heads
