@@ -9,9 +9,10 @@ What must hold:
   body is never longer than its limit;
 * every command re-encoded with trionsq.protocol.commands' encoders parses back equal (where
   the command is representable: no parameter ends in ``\\r``);
+* taking runs of FIN with `take_fins` first (as nsqd does) yields the same commands and error;
 * a framing parser (given `new_id_runs`, as nsqd's) yields the same commands, errors and bodies,
-  each PUB, DPUB and MPUB body as message frames with IDs taken in order; with MPUB's framing
-  loop in Python and compiled (_speedups.c) alike.
+  each PUB, DPUB and MPUB body as message frames with IDs taken in order;
+* the last two with the parser's per-message loops in Python and compiled (_speedups.c).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import struct
 from trionsq.protocol import commands as c
 from trionsq.protocol import parser
 from trionsq.protocol.commands import Command
+from trionsq.protocol.errors import ProtocolError
 from trionsq.protocol.parser import CommandParser
 
 from ..common import check, drive_parser, split_input
@@ -34,13 +36,11 @@ def _parse(chunks: list[bytes]) -> tuple[list[Command], tuple[str, str] | None]:
     return drive_parser(CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY), chunks)
 
 
-#: MPUB's framing loops: the Python one, and the compiled one where it is built.
-_LOOPS = [None] + ([parser.COMPILED_FRAME_MPUB] if parser.COMPILED_FRAME_MPUB else [])
+#: The parser's per-message loops: in Python, and compiled where they are built.
+_COMPILED = [False] + ([True] if parser.COMPILED_FRAME_MPUB else [])
 
 
-def _framed(
-    chunks: list[bytes], loop: parser.FrameMpub | None
-) -> tuple[list[Command], tuple[str, str] | None]:
+def _framed(chunks: list[bytes], compiled: bool) -> tuple[list[Command], tuple[str, str] | None]:
     taken = [0]
 
     def new_id_runs(count: int) -> list[tuple[bytes, int, int]]:
@@ -53,12 +53,37 @@ def _framed(
         return runs
 
     framing = CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY, new_id_runs=new_id_runs)
-    saved = parser._frame_mpub
-    parser._frame_mpub = loop
+    parser.use_compiled_loops(compiled)
     try:
         return drive_parser(framing, chunks)
     finally:
-        parser._frame_mpub = saved
+        parser.use_compiled_loops(True)
+
+
+def _taking_fins(
+    chunks: list[bytes], compiled: bool
+) -> tuple[list[Command], tuple[str, str] | None]:
+    """As `drive_parser`, but taking runs of FIN with `take_fins` first, as nsqd's command
+    loop does (each expanded to the command `next_command` returns for it)."""
+    fins_first = CommandParser(max_msg_size=MAX_MSG, max_body_size=MAX_BODY)
+    out: list[Command] = []
+    parser.use_compiled_loops(compiled)
+    try:
+        for chunk in chunks:
+            fins_first.feed(chunk)
+            while True:
+                if fins := fins_first.take_fins():
+                    out += [Command(b"FIN", (i,), None) for i in fins]
+                elif (cmd := fins_first.next_command()) is not None:
+                    out.append(cmd)
+                else:
+                    break
+        fins_first.eof()
+    except ProtocolError as err:
+        return out, (err.code, err.text)
+    finally:
+        parser.use_compiled_loops(True)
+    return out, None
 
 
 def _unframed(cmd: Command, next_id: list[int]) -> Command:
@@ -99,10 +124,12 @@ def test_one_input(data: bytes) -> None:
     commands_whole, error_whole = _parse([whole] if whole else [])
     check(commands == commands_whole, "commands depend on the split")
     check(error == error_whole, f"error depends on the split: {error} vs {error_whole}")
-    for loop in _LOOPS:
-        framed, framed_error = _framed(chunks, loop)
+    for compiled in _COMPILED:
+        kind = "compiled" if compiled else "python"
+        fins_first = _taking_fins(chunks, compiled)
+        check(fins_first == (commands, error), f"take_fins ({kind}) changes the commands")
+        framed, framed_error = _framed(chunks, compiled)
         next_id = [0]
-        kind = "compiled" if loop else "python"
         check(
             [_unframed(f, next_id) for f in framed] == commands,
             f"framing ({kind}) changes the commands",

@@ -11,6 +11,8 @@ import json
 import os
 import random
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import pairwise
 
 import pytest
@@ -737,25 +739,33 @@ def test_arbitrary_bytes_parse_the_same_whatever_the_chunking(
 
 
 @pytest.fixture(params=["python", "compiled"])
-def framing_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with MPUB's framing loop in Python, then compiled (_speedups.c)."""
-    if request.param == "python":
-        monkeypatch.setattr(parser_module, "_frame_mpub", None)
-    else:
-        monkeypatch.setattr(parser_module, "_frame_mpub", _compiled_loop())
-    return str(request.param)
+def parser_loop(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test with the parser's per-message loops in Python, then compiled
+    (_speedups.c)."""
+    compiled = request.param == "compiled"
+    if compiled:
+        _require_compiled()
+    with parser_loops(compiled):
+        yield str(request.param)
 
 
-def _compiled_loop() -> parser_module.FrameMpub:
-    compiled = parser_module.COMPILED_FRAME_MPUB
-    if compiled is None:
+def _require_compiled() -> None:
+    if parser_module.COMPILED_FRAME_MPUB is None or parser_module.COMPILED_SCAN_FINS is None:
         if os.environ.get("TRIONSQ_PURE_PYTHON"):
-            pytest.skip("TRIONSQ_PURE_PYTHON is set: the compiled loop is not wanted")
+            pytest.skip("TRIONSQ_PURE_PYTHON is set: the compiled loops are not wanted")
         pytest.fail(
             "trionsq/protocol/_speedups.c is not built: install a C compiler and run "
             "scripts/setup-venv (or set TRIONSQ_PURE_PYTHON=1 to test without it)"
         )
-    return compiled
+
+
+@contextmanager
+def parser_loops(compiled: bool) -> Iterator[None]:
+    parser_module.use_compiled_loops(compiled)
+    try:
+        yield
+    finally:
+        parser_module.use_compiled_loops(not os.environ.get("TRIONSQ_PURE_PYTHON"))
 
 
 class CountingIds:
@@ -788,7 +798,7 @@ FRAMED_STREAM = (
 )
 
 
-def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies(framing_loop: str) -> None:
+def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies(parser_loop: str) -> None:
     plain, err = run_whole(FRAMED_STREAM)
     assert err is None
     framed, err = run_whole(FRAMED_STREAM, new_id_runs=CountingIds())
@@ -808,7 +818,7 @@ def test_framing_returns_frames_with_consecutive_ids_and_the_same_bodies(framing
 
 
 @pytest.mark.parametrize("split", range(1, len(FRAMED_STREAM)))
-def test_framing_does_not_depend_on_how_the_stream_is_cut(split: int, framing_loop: str) -> None:
+def test_framing_does_not_depend_on_how_the_stream_is_cut(split: int, parser_loop: str) -> None:
     whole, err = run_whole(FRAMED_STREAM, new_id_runs=CountingIds())
     cut, err_cut = run([FRAMED_STREAM[:split], FRAMED_STREAM[split:]], new_id_runs=CountingIds())
     assert err is None and err_cut is None
@@ -821,7 +831,7 @@ def test_framing_does_not_depend_on_how_the_stream_is_cut(split: int, framing_lo
     ]
 
 
-def test_framing_takes_ids_a_block_at_a_time(framing_loop: str) -> None:
+def test_framing_takes_ids_a_block_at_a_time(parser_loop: str) -> None:
     """A client may declare a million messages and send a few: the parser takes IDs for a
     block, not for the count declared."""
     from trionsq.protocol.parser import ID_BLOCK
@@ -833,7 +843,7 @@ def test_framing_takes_ids_a_block_at_a_time(framing_loop: str) -> None:
     assert 0 < ids.taken <= ID_BLOCK
 
 
-def test_framing_keeps_mpub_errors(framing_loop: str) -> None:
+def test_framing_keeps_mpub_errors(parser_loop: str) -> None:
     data = body_cmd(b"MPUB t", mpub_body([b"ok", b""]))
     assert err_key(run_whole(data)[1]) == err_key(run_whole(data, new_id_runs=CountingIds())[1])
     big = body_cmd(b"MPUB t", mpub_body([b"x" * 11]))
@@ -854,18 +864,18 @@ def _strip_timestamps(commands: list[Command]) -> list[object]:
     run_length=st.integers(min_value=1, max_value=5),
     first_id=st.integers(min_value=0, max_value=5000),
 )
-def test_the_compiled_framing_loop_matches_the_python_one(
+def test_the_compiled_parser_loop_matches_the_python_one(
     sizes: list[int], max_msg: int, cuts: list[int], run_length: int, first_id: int
 ) -> None:
     """Records of any size (invalid ones too), the stream cut anywhere, IDs in runs of any
     length from anywhere in a tick: the same frames, the same error, the same IDs taken."""
-    compiled = _compiled_loop()
+    _require_compiled()
     records = b"".join(size(n) + bytes([65 + i % 26]) * max(n, 0) for i, n in enumerate(sizes))
     data = body_cmd(b"MPUB t", size(len(sizes)) + records)
     points = sorted({min(c, len(data)) for c in cuts})
     chunks = [data[a:b] for a, b in pairwise([0, *points, len(data)]) if b > a]
 
-    def parse(loop: parser_module.FrameMpub | None) -> tuple[object, object, int]:
+    def parse(compiled: bool) -> tuple[object, object, int]:
         ids = CountingIds()
         ids.taken = first_id
 
@@ -887,15 +897,11 @@ def test_the_compiled_framing_loop_matches_the_python_one(
                     merged.append((high, start, end))
             return merged
 
-        saved = parser_module._frame_mpub
-        parser_module._frame_mpub = loop
-        try:
+        with parser_loops(compiled):
             commands, error = run(chunks, max_msg_size=max_msg, new_id_runs=new_id_runs)
-        finally:
-            parser_module._frame_mpub = saved
         return _strip_timestamps(commands), err_key(error), ids.taken
 
-    assert parse(compiled) == parse(None)
+    assert parse(compiled=True) == parse(compiled=False)
 
 
 # -- take_fins: runs of FIN taken in one pass ---------------------------------------------
@@ -948,12 +954,15 @@ def test_take_fins_is_next_command_for_every_fin_it_takes(
     cuts = sorted(rnd.sample(range(1, len(data)), min(3, max(len(data) - 1, 0)))) if data else []
     chunks = [data[a:b] for a, b in pairwise([0, *cuts, len(data)])]
     plain_cmds, plain_err = run(chunks)
-    fin_cmds, fin_err = _drain_taking_fins(chunks)
-    assert fin_cmds == plain_cmds
-    assert err_key(fin_err) == err_key(plain_err)
+    _require_compiled()
+    for compiled in (False, True):
+        with parser_loops(compiled):
+            fin_cmds, fin_err = _drain_taking_fins(chunks)
+        assert fin_cmds == plain_cmds
+        assert err_key(fin_err) == err_key(plain_err)
 
 
-def test_take_fins_takes_a_run_and_stops_at_anything_else() -> None:
+def test_take_fins_takes_a_run_and_stops_at_anything_else(parser_loop: str) -> None:
     parser = CommandParser()
     parser.feed(b"FIN 0123456789abcdef\nFIN fedcba9876543210\nNOP\nFIN 0123456789abcdef\n")
     assert parser.take_fins() == [b"0123456789abcdef", b"fedcba9876543210"]

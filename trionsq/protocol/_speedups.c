@@ -1,17 +1,20 @@
-/* trionsq.protocol._speedups: the MPUB framing loop of parser.py, compiled.
+/* trionsq.protocol._speedups: the two per-message loops of parser.py, compiled.
  *
- * Owns one function, `frame_mpub`, the inner loop of `V2Parser._next_mpub` when the parser
- * frames messages (nsqd's publish hot path): it reads MPUB's ``[size][body]`` records from a
- * buffer and appends each as a message frame (frame header, timestamp, attempts 0, ID, body)
- * to a list, as `message.encode_new_frames` lays frames out. Everything else of MPUB (the
- * body size and count, taking IDs, errors, waiting for bytes) stays in parser.py, and so does
- * the same loop in Python: parser.py uses this module when it is built and importable, and its
- * own loop otherwise (and under TRIONSQ_PURE_PYTHON=1). Tests and fuzzers run both and check
- * they agree byte for byte.
+ * `frame_mpub` is the inner loop of `CommandParser._next_mpub` when the parser frames
+ * messages (nsqd's publish hot path): it reads MPUB's ``[size][body]`` records from a buffer
+ * and appends each as a message frame (frame header, timestamp, attempts 0, ID, body) to a
+ * list, as `message.encode_new_frames` lays frames out. `scan_fins` is the loop of
+ * `CommandParser.take_fins` (the delivery hot path: one FIN per message delivered): the IDs
+ * of the ``FIN <16-byte ID>\n`` lines at the head of the input.
  *
- * Why C: in Python the loop costs a dozen bytecode steps and two intermediate `bytes` per
- * message (~65 % of nsqd's time publishing; docs/multicore.md); here it is one allocation and
- * two copies.
+ * Everything around them (MPUB's body size and count, taking IDs, errors, waiting for bytes;
+ * what a FIN does) stays in parser.py, and so do the same loops in Python: parser.py uses
+ * this module when it is built and importable, and its own loops otherwise (and under
+ * TRIONSQ_PURE_PYTHON=1). Tests and fuzzers run both and check they agree byte for byte.
+ *
+ * Why C: in Python each loop costs about a dozen bytecode steps and intermediate `bytes` per
+ * message (publishing, ~65 % of nsqd's time; delivering, ~40 % is FIN scanning:
+ * docs/multicore.md); here it is one allocation and a copy or two.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -139,15 +142,70 @@ static PyObject *frame_mpub(PyObject *module, PyObject *const *args, Py_ssize_t 
     return Py_BuildValue("(innnL)", status, pos, left, sequence, value);
 }
 
+#define FIN_LINE 21 /* "FIN " + 16-byte ID + "\n" */
+
+PyDoc_STRVAR(scan_fins_doc,
+"scan_fins(buf, pos)\n"
+"--\n\n"
+"The IDs of the consecutive ``FIN <16-byte ID>\\n`` lines of `buf` from offset `pos`, and\n"
+"the offset after them: (ids, pos). A line whose ID holds a space or a newline, or ends in\n"
+"a carriage return, ends the run (the general parser deals with it).");
+
+static PyObject *scan_fins(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "scan_fins takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "pos must not be negative");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *buf = view.buf;
+    Py_ssize_t n = view.len;
+    PyObject *ids = PyList_New(0);
+    if (ids == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    while (n - pos >= FIN_LINE) {
+        const unsigned char *p = buf + pos;
+        if (memcmp(p, "FIN ", 4) != 0 || p[20] != '\n' || p[19] == '\r' ||
+            memchr(p + 4, ' ', 16) != NULL || memchr(p + 4, '\n', 16) != NULL) {
+            break;
+        }
+        PyObject *id = PyBytes_FromStringAndSize((const char *)p + 4, 16);
+        if (id == NULL || PyList_Append(ids, id) < 0) {
+            Py_XDECREF(id);
+            Py_DECREF(ids);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(id);
+        pos += FIN_LINE;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", ids, pos);
+}
+
 static PyMethodDef methods[] = {
     {"frame_mpub", (PyCFunction)(void (*)(void))frame_mpub, METH_FASTCALL, frame_mpub_doc},
+    {"scan_fins", (PyCFunction)(void (*)(void))scan_fins, METH_FASTCALL, scan_fins_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_speedups",
-    .m_doc = "The MPUB framing loop of trionsq.protocol.parser, compiled (see _speedups.c).",
+    .m_doc = "The per-message loops of trionsq.protocol.parser, compiled (see _speedups.c).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -1,4 +1,4 @@
-"""Types of the compiled MPUB framing loop (_speedups.c)."""
+"""Types of the compiled parser loops (_speedups.c)."""
 
 DONE: int
 NEED_BYTES: int
@@ -17,3 +17,5 @@ def frame_mpub(
     out: list[bytes],
     /,
 ) -> tuple[int, int, int, int, int]: ...
+
+def scan_fins(buf: bytes, pos: int, /) -> tuple[list[bytes], int]: ...

@@ -22,9 +22,10 @@ frame, after a prefix (header and the ID's first 13 digits) made once per body s
 IDs. `Command.body` is then a list of frames for all three. Without it, PUB and DPUB bodies are
 `bytes` and MPUB's a list of them.
 
-The MPUB framing loop also exists compiled, in `_speedups.c` (built by setup.py where a C
-compiler is found): it is used when importable, unless TRIONSQ_PURE_PYTHON is set; the Python
-loop here is the reference, and the tests and fuzzers check the two agree.
+The two per-message loops (MPUB's framing, `take_fins`) also exist compiled, in
+`_speedups.c` (built by setup.py where a C compiler is found): they are used when importable,
+unless TRIONSQ_PURE_PYTHON is set; the Python loops here are the reference, and the tests and
+fuzzers check the two agree.
 
 Bytes are kept as the immutable `bytes` received (slicing is cheaper than a bytearray here);
 a body still arriving is collected in chunks and joined once, so a large body costs no
@@ -62,16 +63,31 @@ FrameMpub = Callable[
     [bytes | bytearray, int, int, int, int, bytes, int, int, list[bytes]],
     tuple[int, int, int, int, int],
 ]
-#: The compiled MPUB framing loop, None where _speedups.c was not built.
+ScanFins = Callable[[bytes, int], tuple[list[bytes], int]]
+#: The compiled loops, None where _speedups.c was not built.
 COMPILED_FRAME_MPUB: FrameMpub | None = None
+COMPILED_SCAN_FINS: ScanFins | None = None
 try:
     from ._speedups import BAD_SIZE as _BAD_SIZE
     from ._speedups import NEED_BYTES as _NEED_BYTES
     from ._speedups import frame_mpub as COMPILED_FRAME_MPUB
-except ImportError:  # not built (no C compiler where it was installed): the Python loop
+    from ._speedups import scan_fins as COMPILED_SCAN_FINS
+except ImportError:  # not built (no C compiler where it was installed): the Python loops
     _BAD_SIZE = _NEED_BYTES = -1
-#: The loop parsers use: the compiled one, unless TRIONSQ_PURE_PYTHON is set (tests swap it).
-_frame_mpub = None if os.environ.get("TRIONSQ_PURE_PYTHON") else COMPILED_FRAME_MPUB
+#: The loops parsers use: the compiled ones, unless TRIONSQ_PURE_PYTHON is set (tests swap
+#: them, see `use_compiled_loops`).
+_frame_mpub: FrameMpub | None = None
+_scan_fins: ScanFins | None = None
+
+
+def use_compiled_loops(compiled: bool) -> None:
+    """Make parsers use the compiled loops (when built) or the Python ones."""
+    global _frame_mpub, _scan_fins
+    _frame_mpub = COMPILED_FRAME_MPUB if compiled else None
+    _scan_fins = COMPILED_SCAN_FINS if compiled else None
+
+
+use_compiled_loops(not os.environ.get("TRIONSQ_PURE_PYTHON"))
 
 _INT32 = struct.Struct(">i")
 _unpack_int32 = _INT32.unpack_from
@@ -269,14 +285,17 @@ class CommandParser:
             return []
         buf = self._buf
         pos = self._pos
-        ids: list[bytes] = []
-        append = ids.append
-        while buf.startswith(b"FIN ", pos) and buf[pos + 20 : pos + 21] == b"\n":
-            message_id = buf[pos + 4 : pos + 20]
-            if b" " in message_id or b"\n" in message_id or message_id[15] == 13:
-                break
-            append(message_id)
-            pos += 21
+        if _scan_fins is not None:
+            ids, pos = _scan_fins(buf, pos)  # the loop below, compiled (_speedups.c)
+        else:
+            ids = []
+            append = ids.append
+            while buf.startswith(b"FIN ", pos) and buf[pos + 20 : pos + 21] == b"\n":
+                message_id = buf[pos + 4 : pos + 20]
+                if b" " in message_id or b"\n" in message_id or message_id[15] == 13:
+                    break
+                append(message_id)
+                pos += 21
         if ids:
             self._pos = pos
             if self.check_line is not None:
