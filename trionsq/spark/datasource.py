@@ -10,7 +10,7 @@ from pyspark.sql.types import StructType
 
 from .options import SinkOptions, SourceOptions
 from .sink import NSQStreamWriter, NSQWriter
-from .source import SOURCE_SCHEMA, NSQStreamReader
+from .source import SOURCE_SCHEMA, NSQStagedStreamReader, NSQStreamReader
 
 __all__ = ["NSQDataSource"]
 
@@ -26,7 +26,10 @@ class NSQDataSource(DataSource):
         return SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> Any:
-        return NSQStreamReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        if options.staging_location:
+            return NSQStagedStreamReader(options)
+        return NSQStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         return NSQWriter(SinkOptions.parse(self.options), schema)

@@ -92,14 +92,21 @@ def archive(
     available_now: bool = False,
     options: Mapping[str, str] | None = None,
     query_name: str | None = None,
+    nsqd_http: Sequence[str] = (),
+    staged: bool = True,
 ) -> Any:
     """Start the archive query (returns the StreamingQuery): `topic`/`channel` from `nsqd`
     and/or `lookupd` into Parquet under `output` partitioned by ``date``, checkpointed in
     `checkpoint` (default ``<output>/_checkpoint``, which Spark's readers skip). `trigger` is a
-    processing-time interval; `available_now` archives what is there and stops."""
+    processing-time interval; `available_now` archives what is there and stops.
+
+    `staged` (the default): executors read from nsqd through the staging log in
+    ``<checkpoint>/nsq_staging`` (`nsqd_http`, the nsqds' HTTP addresses in the order of
+    `nsqd`, lets the driver see their depth); otherwise the driver-side reader."""
     from . import register
 
     register(spark)
+    checkpoint = checkpoint or output.rstrip("/") + "/_checkpoint"
     reader = (
         spark.readStream.format("nsq")
         .option("topic", topic)
@@ -107,12 +114,16 @@ def archive(
         .option("nsqd", ",".join(nsqd))
         .option("lookupd", ",".join(lookupd))
     )
+    if staged:
+        reader = reader.option("stagingLocation", checkpoint.rstrip("/") + "/nsq_staging")
+        if nsqd_http:
+            reader = reader.option("nsqdHttp", ",".join(nsqd_http))
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     stream = reader.load()
     writer = stream.writeStream.foreachBatch(
         lambda df, batch_id: archive_batch(df, batch_id, output)
-    ).option("checkpointLocation", checkpoint or output.rstrip("/") + "/_checkpoint")
+    ).option("checkpointLocation", checkpoint)
     if query_name:
         writer = writer.queryName(query_name)
     if available_now:

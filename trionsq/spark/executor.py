@@ -1,0 +1,251 @@
+"""The executor side of the staged source: one Spark task reads its share of a micro-batch
+straight from its nsqd (`read_partition`), stages it in the write-ahead log, FINs it, and returns
+the rows as one Arrow record batch. Runs in Spark's Python workers: each task is one
+``trio.run`` with its own connections, closed before the task returns (nothing is held across
+tasks: FIN must go over the connection that received the message)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import trio
+from pyspark.sql.datasource import InputPartition
+
+from ..client.connection import Connection
+from ..client.errors import ClientError, ConnectionClosedError
+from ..protocol import commands
+from .options import NSQD_MAX_RDY, SourceOptions
+from .staging import StagingLog
+
+__all__ = ["StagedPartition", "decode_payloads", "read_partition"]
+
+log = logging.getLogger("trionsq.spark")
+
+_HEADER = struct.Struct(">qH16s")
+_ATTEMPTS = struct.Struct(">H")
+
+
+class StagedPartition(InputPartition):
+    """One task of a micro-batch: read at most `limit` messages of the query's topic/channel
+    from `nsqd` (``None`` for nothing: a re-run reads only what was staged) and stage them as
+    (`batch`, `index`). Plain attributes: Spark pickles it to the executor."""
+
+    def __init__(self, batch: int, index: int, nsqd: str, limit: int) -> None:
+        super().__init__(index)
+        self.batch = batch
+        self.index = index
+        self.nsqd = nsqd
+        self.limit = limit
+
+    def __repr__(self) -> str:
+        return f"StagedPartition(b{self.batch}, p{self.index}, {self.nsqd}, {self.limit})"
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("body", pa.binary(), False),
+            pa.field("id", pa.string(), False),
+            pa.field("timestamp", pa.timestamp("us", tz="UTC"), False),
+            pa.field("attempts", pa.int32(), False),
+            pa.field("nsqd", pa.string(), False),
+            pa.field("topic", pa.string(), False),
+        ]
+    )
+
+
+def decode_payloads(payloads: list[bytes], nsqd: str, topic: str) -> Any:
+    """Wire payloads (timestamp, attempts, id, body) as one Arrow record batch in
+    SOURCE_SCHEMA's layout."""
+    import pyarrow as pa
+
+    n = len(payloads)
+    bodies = [p[26:] for p in payloads]
+    ids = [p[10:26].decode("ascii") for p in payloads]
+    unpack = _HEADER.unpack_from
+    stamps = []
+    attempts = []
+    for p in payloads:
+        ts, att, _ = unpack(p)
+        stamps.append(ts // 1000)
+        attempts.append(att)
+    # nsqd and topic: one value repeated (a dictionary of one entry, cast to plain strings).
+    zeros = pa.array([0] * n, pa.int32())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(bodies, pa.binary()),
+            pa.array(ids, pa.string()),
+            pa.array(stamps, pa.timestamp("us", tz="UTC")),
+            pa.array(attempts, pa.int32()),
+            pa.DictionaryArray.from_arrays(zeros, pa.array([nsqd])).cast(pa.string()),
+            pa.DictionaryArray.from_arrays(zeros, pa.array([topic])).cast(pa.string()),
+        ],
+        schema=_schema(),
+    )
+
+
+def read_partition(part: StagedPartition, options: SourceOptions) -> Iterator[Any]:
+    """The rows of `part`: from the staging log if it was staged before (a task retry, a batch
+    re-run after a driver restart), else read from nsqd, staged, FIN'd."""
+    staging = StagingLog(options.staging_location)
+    staged = staging.read(part.batch, part.index)
+    if staged is None:
+        try:
+            staged = trio.run(_consume, part, options, staging)
+        except BaseExceptionGroup as group:
+            raise _first(group) from None
+    yield from staged.to_batches()
+
+
+def _fault(point: str) -> None:
+    """Testing only: with TRIONSQ_SPARK_FAULTS naming a directory, a task reaching `point`
+    ("before-stage", "after-stage", "after-fin") while the file of that name exists there
+    removes it and kills its Python worker (os._exit), as a crashed executor would."""
+    directory = os.environ.get("TRIONSQ_SPARK_FAULTS")
+    if not directory:
+        return
+    try:
+        os.unlink(os.path.join(directory, point))
+    except FileNotFoundError:
+        return
+    log.warning("fault injected at %s", point)
+    os._exit(17)
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def _consume(part: StagedPartition, options: SourceOptions, staging: StagingLog) -> Any:
+    import pyarrow as pa
+
+    limit = part.limit
+    # nsqd allows --max-rdy-count (2500 by default) in flight per connection: RDY summed over
+    # the connections is exactly `limit`, so nsqd can never send more than the task's share.
+    n_conns = max(1, math.ceil(limit / NSQD_MAX_RDY))
+    received: dict[Connection, list[bytes]] = {}
+    state = {"count": 0, "last": trio.current_time()}
+    enough = trio.Event()
+
+    def on_messages(conn: Connection, payloads: list[bytes]) -> None:
+        received[conn] += payloads
+        state["count"] += len(payloads)
+        state["last"] = trio.current_time()
+        if state["count"] >= limit:
+            enough.set()
+
+    conn_options = options.connection_options()
+    conns: list[Connection] = []
+    async with trio.open_nursery() as nursery:
+        try:
+            for i in range(n_conns):
+                conn = Connection(part.nsqd, conn_options, on_messages=on_messages)
+                received[conn] = []
+                await nursery.start(conn.run)
+                conns.append(conn)
+                await conn.request(commands.sub(options.topic, options.channel))
+                share = limit // n_conns + (1 if i < limit % n_conns else 0)
+                conn.rdy = min(share, conn.max_rdy_count)
+                conn.send(commands.rdy(conn.rdy))
+            state["last"] = trio.current_time()
+            # Read until the share is in, or nothing came for read_idle_timeout, or
+            # read_timeout passed (messages must be staged and FIN'd well within msgTimeout).
+            deadline = trio.current_time() + options.read_timeout
+            while not enough.is_set():
+                now = trio.current_time()
+                wake = min(deadline, state["last"] + options.read_idle_timeout)
+                if now >= wake:
+                    break
+                with trio.move_on_at(wake):
+                    await enough.wait()
+            for conn in conns:
+                conn.send(commands.rdy(0))
+            # What arrived so far is the task's; later arrivals are REQ'd below.
+            taken = {conn: list(payloads) for conn, payloads in received.items()}
+            _fault("before-stage")
+            rows = _drop_staged_copies(taken, part.nsqd, staging)
+            batch = decode_payloads(
+                [p for conn in conns for p in rows[conn]], part.nsqd, options.topic
+            )
+            if not staging.write(part.batch, part.index, batch):
+                # Another attempt of this task staged first: its rows stand, ours go back.
+                log.info("%r was staged by another attempt", part)
+                _send_all(conns, received, commands.req, dict.fromkeys(conns, 0))
+                staged = staging.read(part.batch, part.index)
+                await _close(conns)
+                return staged
+            _fault("after-stage")
+            sent = {conn: len(taken[conn]) for conn in conns}
+            for conn in conns:
+                out = [commands.fin(p[10:26]) for p in taken[conn]]
+                out += [commands.req(p[10:26], 0) for p in received[conn][sent[conn] :]]
+                sent[conn] = len(received[conn])
+                if out:
+                    conn.send(b"".join(out))
+            # CLS is answered after everything before it: its CLOSE_WAIT confirms the FINs.
+            for conn in conns:
+                await conn.request(commands.cls())
+            _send_all(conns, received, commands.req, sent)
+            _fault("after-fin")
+            staging.confirm(part.batch, part.index)
+            await _close(conns)
+            return pa.Table.from_batches([batch])
+        except (OSError, ClientError, trio.BrokenResourceError) as exc:
+            raise RuntimeError(f"nsq source {part!r}: {exc}") from exc
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def _drop_staged_copies(
+    taken: dict[Connection, list[bytes]], nsqd: str, staging: StagingLog
+) -> dict[Connection, list[bytes]]:
+    """Drop redelivered messages (attempts > 1) already staged by a task whose FINs were never
+    confirmed (it crashed between staging and FIN): they are FIN'd, not returned again."""
+    if not any(_ATTEMPTS.unpack_from(p, 8)[0] > 1 for ps in taken.values() for p in ps):
+        return taken
+    ids = staging.unconfirmed_ids(nsqd)
+    if not ids:
+        return taken
+    kept = {}
+    for conn, payloads in taken.items():
+        kept[conn] = [
+            p
+            for p in payloads
+            if _ATTEMPTS.unpack_from(p, 8)[0] == 1 or p[10:26].decode("ascii") not in ids
+        ]
+    dropped = sum(len(p) for p in taken.values()) - sum(len(p) for p in kept.values())
+    if dropped:
+        log.warning("%d redelivered messages from %s were staged already: dropped", dropped, nsqd)
+    return kept
+
+
+def _send_all(
+    conns: list[Connection], received: dict[Connection, list[bytes]], command: Any, sent: Any
+) -> None:
+    """REQ what each connection received after `sent[conn]` messages."""
+    for conn in conns:
+        late = received[conn][sent[conn] :]
+        sent[conn] = len(received[conn])
+        if late and not conn.closed:
+            try:
+                conn.send(b"".join(command(p[10:26], 0) for p in late))
+            except ConnectionClosedError:
+                pass  # nsqd redelivers them after msgTimeout
+
+
+async def _close(conns: list[Connection]) -> None:
+    with trio.move_on_after(2.0):
+        for conn in conns:
+            await conn.flush()
+    for conn in conns:
+        conn.close()
