@@ -5,10 +5,13 @@ Parquet sink; two nsqds through lookupd; the staging log is emptied as batches c
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -207,3 +210,76 @@ def test_driver_sigkilled_mid_run_then_restarted_plain_parquet_has_every_message
     rows = spark.read.parquet(out).select("body").collect()
     assert sorted(r.body for r in rows) == sorted(bodies)
     assert channel_stats(nsqd, "stg_driver", "spark")["depth"] == 0
+
+
+def _registered(lookupd_http: str, topic: str, n: int) -> None:
+    deadline = time.monotonic() + 15
+    url = f"http://{lookupd_http}/lookup?topic={topic}"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if len(json.load(response)["producers"]) == n:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"lookupd does not list {n} nsqds for {topic}")
+
+
+def test_two_nsqds_through_lookupd_added_and_removed_between_batches(
+    spark: Any, tmp_dir: str
+) -> None:
+    """A continuous query on lookupd: it reads nsqd a; nsqd b, started later, is picked up;
+    once a is stopped the query carries on with b. Every message once, from its own nsqd."""
+    env = pythonpath_env()
+    rows: list[Any] = []
+    with DaemonProcess("nsqlookupd", env=env) as lookupd:
+        lookupd_tcp = "{}:{}".format(*lookupd.tcp_address)
+        flags = [f"--lookupd-tcp-address={lookupd_tcp}", "--broadcast-address=127.0.0.1"]
+        with DaemonProcess("nsqd", flags, env=env) as a:
+            publish(a, "stg_lookup", [f"a{i}".encode() for i in range(300)])
+            _registered(http(lookupd), "stg_lookup", 1)
+            stream = _stream(
+                spark,
+                "stg_lookup",
+                f"{tmp_dir}/staging",
+                lookupd=http(lookupd),
+                lookupdPollInterval="0.5s",
+                maxMessagesPerBatch="200",
+            )
+            query = (
+                stream.writeStream.foreachBatch(
+                    lambda df, _: rows.extend(df.select("body", "nsqd").collect())
+                )
+                .option("checkpointLocation", f"{tmp_dir}/ck")
+                .trigger(processingTime="0 seconds")
+                .start()
+            )
+            try:
+                _until(lambda: len(rows) >= 300, query)
+                with DaemonProcess("nsqd", flags, env=env) as b:
+                    publish(b, "stg_lookup", [f"b{i}".encode() for i in range(200)])
+                    _until(lambda: len(rows) >= 500, query)
+                    a.terminate()
+                    publish(b, "stg_lookup", [f"c{i}".encode() for i in range(100)])
+                    _until(lambda: len(rows) >= 600, query)
+                    time.sleep(1)  # nothing more arrives
+                    assert query.exception() is None
+                    by_nsqd = {tcp(a): set(), tcp(b): set()}
+                    for row in rows:
+                        by_nsqd[row.nsqd].add(row.body)
+                    assert len(rows) == 600
+                    assert by_nsqd[tcp(a)] == {f"a{i}".encode() for i in range(300)}
+                    assert by_nsqd[tcp(b)] == {
+                        f"{p}{i}".encode() for p, n in (("b", 200), ("c", 100)) for i in range(n)
+                    }
+            finally:
+                query.stop()
+
+
+def _until(predicate: Any, query: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)

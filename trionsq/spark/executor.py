@@ -148,12 +148,24 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
     conns: list[Connection] = []
     async with trio.open_nursery() as nursery:
         try:
-            for i in range(n_conns):
+            for _ in range(n_conns):
                 conn = Connection(part.nsqd, conn_options, on_messages=on_messages)
                 received[conn] = []
-                await nursery.start(conn.run)
+                try:
+                    await nursery.start(conn.run)
+                except (OSError, ConnectionClosedError) as exc:
+                    if conns:
+                        raise
+                    # nsqd is unreachable (gone since planning): nothing taken, nothing
+                    # lost; the partition is staged empty so that a re-run agrees.
+                    log.warning("%r: %s: staged empty", part, exc)
+                    empty = decode_payloads([], part.nsqd, options.topic)
+                    if staging.write(part.batch, part.index, empty):
+                        staging.confirm(part.batch, part.index)
+                    return staging.read(part.batch, part.index)
                 conns.append(conn)
                 await conn.request(commands.sub(options.topic, options.channel))
+            for i, conn in enumerate(conns):
                 share = limit // n_conns + (1 if i < limit % n_conns else 0)
                 conn.rdy = min(share, conn.max_rdy_count)
                 conn.send(commands.rdy(conn.rdy))

@@ -26,6 +26,7 @@ ARCHIVE_DDL = (
     "date date"
 )
 _KEY = ["nsqd", "id"]
+_COLUMNS = ["body", "id", "timestamp", "attempts", "nsqd", "topic", "date"]
 _DAY_US = 86_400_000_000
 
 
@@ -49,11 +50,16 @@ def read_archive(spark: Any, path: str) -> Any:
         return spark.createDataFrame([], ARCHIVE_DDL)
 
 
-def archive_batch(batch: Any, batch_id: int, output: str) -> int:
+def archive_batch(batch: Any, batch_id: int, output: str, dedup: bool = True) -> int | None:
     """Append the rows of one micro-batch that the archive at `output` does not hold yet;
-    returns the number of distinct (nsqd, id) in the batch."""
+    returns the number of distinct (nsqd, id) in the batch. Without `dedup` the rows are
+    appended as they are (one Spark job; returns None): for batches known to hold no row the
+    archive has (see `archive`)."""
     from pyspark.sql import functions as F
 
+    if not dedup:
+        _with_date(batch).select(*_COLUMNS).write.mode("append").partitionBy("date").parquet(output)
+        return None
     spark = batch.sparkSession
     rows = _with_date(batch).dropDuplicates(_KEY).persist()
     try:
@@ -71,7 +77,7 @@ def archive_batch(batch: Any, batch_id: int, output: str) -> int:
             .select(*_KEY)
         )
         fresh = rows.join(existing, _KEY, "left_anti")
-        fresh = fresh.select("body", "id", "timestamp", "attempts", "nsqd", "topic", "date")
+        fresh = fresh.select(*_COLUMNS)
         # No count of its own: a Spark job costs ~0.3 s per micro-batch on local Spark.
         fresh.write.mode("append").partitionBy("date").parquet(output)
         return int(info["n"])
@@ -121,9 +127,26 @@ def archive(
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     stream = reader.load()
-    writer = stream.writeStream.foreachBatch(
-        lambda df, batch_id: archive_batch(df, batch_id, output)
-    ).option("checkpointLocation", checkpoint)
+    # The staged source delivers every message once, in one batch, and a batch re-run after a
+    # restart holds the same rows. Only a re-run (of a batch whose append may have happened
+    # before the crash) is checked against the archive: the batch the checkpoint has offsets
+    # but no commit for (when the checkpoint cannot be listed here: the run's first batch).
+    # Later batches are appended as they are. The driver-side reader redelivers messages in
+    # later batches: every batch is checked.
+    rerun = _uncommitted_batch(checkpoint)
+    first = [True]
+
+    def write(df: Any, batch_id: int) -> None:
+        if not staged:
+            dedup = True
+        elif rerun == "unknown":
+            dedup = first[0]
+        else:
+            dedup = batch_id == rerun
+        archive_batch(df, batch_id, output, dedup=dedup)
+        first[0] = False
+
+    writer = stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
     if query_name:
         writer = writer.queryName(query_name)
     if available_now:
@@ -131,6 +154,28 @@ def archive(
     elif trigger:
         writer = writer.trigger(processingTime=trigger)
     return writer.start()
+
+
+def _uncommitted_batch(checkpoint: str) -> int | str | None:
+    """The batch id Spark will re-run when the query restarts from `checkpoint` (offsets
+    written, commit not), None if none, "unknown" if the checkpoint is not a local path."""
+    import os
+    import urllib.parse
+
+    path = urllib.parse.urlparse(checkpoint).path if checkpoint.startswith("file:") else checkpoint
+    if "://" in path:
+        return "unknown"
+
+    def ids(name: str) -> list[int]:
+        try:
+            return [int(f) for f in os.listdir(os.path.join(path, name)) if f.isdigit()]
+        except FileNotFoundError:
+            return []
+
+    offsets, commits = ids("offsets"), ids("commits")
+    if offsets and max(offsets) > max(commits, default=-1):
+        return max(offsets)
+    return None
 
 
 def replay(

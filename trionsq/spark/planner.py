@@ -26,8 +26,9 @@ log = logging.getLogger("trionsq.spark")
 
 @dataclass
 class NsqdDepth:
-    """One nsqd as the planner sees it: ``depth`` None when unknown (no HTTP address, or
-    /stats failed); ``in_flight`` held by other consumers (e.g. a crashed run's)."""
+    """One nsqd as the planner sees it: ``depth`` None when unknown (no HTTP address, or the
+    channel missing), 0 when /stats failed; ``in_flight`` held by other consumers (e.g. a
+    crashed run's)."""
 
     tcp: str
     http: str | None
@@ -152,9 +153,10 @@ class Planner:
                 f"{_url(http)}/stats?format=json&topic={topic}&channel={channel}", 5.0
             )
         except (OSError, ValueError) as exc:
+            # Unreachable (stopped, or gone and lookupd not told yet): nothing to plan on it.
             log.warning("nsqd %s (%s): /stats: %s", tcp, http, exc)
             self._created.discard(tcp)
-            return NsqdDepth(tcp, http, None)
+            return NsqdDepth(tcp, http, 0)
         for t in stats.get("topics") or []:
             if t.get("topic_name") != opts.topic:
                 continue
