@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -67,9 +68,9 @@ def split_plan(depths: list[NsqdDepth], max_rows: int, partitions_per_nsqd: int)
     return plan
 
 
-def _get_json(url: str, timeout: float) -> Any:
+def _get_json(url: str, timeout: float, context: ssl.SSLContext | None = None) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "application/vnd.nsq; version=1.0"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         body = json.load(response)
     if isinstance(body, dict) and "data" in body and "status_code" in body:
         return body["data"]
@@ -88,6 +89,10 @@ class Planner:
         self._lookup_at = -math.inf
         self._found: list[tuple[str, str]] = []
         self._created: set[str] = set()
+        #: For https:// addresses: the source's tlsCaFile (and client certificate).
+        self._ssl: ssl.SSLContext | None = None
+        if options.security.tls_cafile or options.security.tls_certfile:
+            self._ssl = options.connection_options().ssl_context_for_client()
 
     def nsqds(self) -> list[tuple[str, str | None]]:
         """(TCP address, HTTP address or None) of every nsqd to read: the ``nsqd`` option's,
@@ -147,10 +152,10 @@ class Planner:
                 request = urllib.request.Request(
                     f"{_url(http)}/channel/create?topic={topic}&channel={channel}", method="POST"
                 )
-                urllib.request.urlopen(request, timeout=5.0).close()
+                urllib.request.urlopen(request, timeout=5.0, context=self._ssl).close()
                 self._created.add(tcp)
             stats = _get_json(
-                f"{_url(http)}/stats?format=json&topic={topic}&channel={channel}", 5.0
+                f"{_url(http)}/stats?format=json&topic={topic}&channel={channel}", 5.0, self._ssl
             )
         except (OSError, ValueError) as exc:
             # Unreachable (stopped, or gone and lookupd not told yet): nothing to plan on it.
