@@ -109,7 +109,12 @@ def _session(args: argparse.Namespace, app: str) -> Any:
     builder = SparkSession.builder.appName(app)
     if args.master:
         builder = builder.master(args.master)
-    elif "spark.master" not in _pairs(args.conf, "--conf") and not os.environ.get("MASTER"):
+    elif (
+        "spark.master" not in _pairs(args.conf, "--conf")
+        and not os.environ.get("MASTER")
+        # Under spark-submit (its gateway is already up) the master is spark-submit's.
+        and not os.environ.get("PYSPARK_GATEWAY_PORT")
+    ):
         builder = builder.master("local[*]")
     for key, value in _pairs(args.conf, "--conf").items():
         builder = builder.config(key, value)

@@ -157,6 +157,12 @@ class Planner:
             stats = _get_json(
                 f"{_url(http)}/stats?format=json&topic={topic}&channel={channel}", 5.0, self._ssl
             )
+        except urllib.error.HTTPError as exc:
+            self._created.discard(tcp)
+            if exc.code == 404:  # the topic does not exist there (yet): nothing waits
+                return NsqdDepth(tcp, http, 0)
+            log.warning("nsqd %s (%s): /stats: %s", tcp, http, exc)
+            return NsqdDepth(tcp, http, 0)
         except (OSError, ValueError) as exc:
             # Unreachable (stopped, or gone and lookupd not told yet): nothing to plan on it.
             log.warning("nsqd %s (%s): /stats: %s", tcp, http, exc)
