@@ -169,12 +169,63 @@ def main() -> int:
                     f"{archived / elapsed:,.0f} msg/s"
                 )
 
+            if "stage" not in skip and staged:
+                _staging_cost(args, work, address, http, publish, trio)
+
             if "latency" not in skip:
                 _latency(spark, args, work, source, publish, trio)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _staging_cost(args: Any, work: str, address: str, http: str, publish: Any, trio: Any) -> None:
+    """One task's read outside Spark (in this process): its whole time, and the part spent
+    writing and fsyncing the staging file."""
+    from trionsq.spark import staging
+    from trionsq.spark.executor import StagedPartition, read_partition
+    from trionsq.spark.options import SourceOptions
+
+    share = args.max_messages_per_batch // (args.partitions or 2)
+    pad = b"x" * args.size
+    trio.run(publish, "bench_stage", [(b"%010d" % i + pad)[: args.size] for i in range(share)])
+    options = SourceOptions.parse(
+        {
+            "topic": "bench_stage",
+            "channel": "c",
+            "nsqd": address,
+            "nsqdHttp": http,
+            "stagingLocation": f"{work}/stage",
+        }
+    )
+    from trionsq.spark.planner import Planner
+
+    Planner(options).depths()  # creates the channel
+    spent = [0.0]
+    write = staging.StagingLog.write
+
+    def timed(self: Any, *a: Any) -> bool:
+        t = time.perf_counter()
+        try:
+            return write(self, *a)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    staging.StagingLog.write = timed  # type: ignore[method-assign]
+    try:
+        started = time.perf_counter()
+        rows = sum(
+            b.num_rows for b in read_partition(StagedPartition(1, 0, address, share), options)
+        )
+        total = time.perf_counter() - started
+    finally:
+        staging.StagingLog.write = write  # type: ignore[method-assign]
+    print(
+        f"staging log: one task reading {rows} messages (outside Spark): {total * 1000:.0f} ms, "
+        f"of which staging (Arrow IPC write + fsync + link + dir fsync) {spent[0] * 1000:.0f} ms "
+        f"({spent[0] / total:.0%})"
+    )
 
 
 def _latency(spark: Any, args: Any, work: str, source: Any, publish: Any, trio: Any) -> None:

@@ -67,7 +67,8 @@ def test_staged_source_reads_exactly_the_published_set(
     assert stats["depth"] == 0 and stats["in_flight_count"] == 0
     assert stats["timeout_count"] == 0
     # Committed batches' staging files are gone (the last one waits for the next commit).
-    batches = [d for d in os.listdir(staging) if d.startswith("b")]
+    [log] = os.listdir(staging)  # the query's own directory (named in its offsets)
+    batches = [d for d in os.listdir(f"{staging}/{log}") if d.startswith("b")]
     assert len(batches) <= 1
 
 
@@ -112,7 +113,8 @@ def test_task_killed_mid_batch_plain_parquet_sink_has_every_message_once(
         # The killed task's messages came back from nsqd (attempts 2) and were dropped as
         # staged already; its staging file was kept as unconfirmed.
         assert stats["timeout_count"] > 0
-        assert os.listdir(f"{staging}/unconfirmed")
+        [log] = os.listdir(staging)
+        assert os.listdir(f"{staging}/{log}/unconfirmed")
 
 
 def test_task_killed_between_staging_and_fin_archive_has_every_message_once(

@@ -32,11 +32,12 @@ _ATTEMPTS = struct.Struct(">H")
 
 class StagedPartition(InputPartition):
     """One task of a micro-batch: read at most `limit` messages of the query's topic/channel
-    from `nsqd` (``None`` for nothing: a re-run reads only what was staged) and stage them as
-    (`batch`, `index`). Plain attributes: Spark pickles it to the executor."""
+    from `nsqd` and stage them as (`batch`, `index`) in the query's staging log `log` (a
+    directory under ``stagingLocation``). Plain attributes: Spark pickles it to the executor."""
 
-    def __init__(self, batch: int, index: int, nsqd: str, limit: int) -> None:
+    def __init__(self, batch: int, index: int, nsqd: str, limit: int, log: str = "") -> None:
         super().__init__(index)
+        self.log = log
         self.batch = batch
         self.index = index
         self.nsqd = nsqd
@@ -94,7 +95,7 @@ def decode_payloads(payloads: list[bytes], nsqd: str, topic: str) -> Any:
 def read_partition(part: StagedPartition, options: SourceOptions) -> Iterator[Any]:
     """The rows of `part`: from the staging log if it was staged before (a task retry, a batch
     re-run after a driver restart), else read from nsqd, staged, FIN'd."""
-    staging = StagingLog(options.staging_location)
+    staging = StagingLog(os.path.join(options.staging_location, part.log))
     staged = staging.read(part.batch, part.index)
     if staged is None:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import struct
 import time
 import uuid
@@ -218,8 +219,10 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     """The executor-side source (option ``stagingLocation``): the driver plans batches from
     nsqd's /stats without touching a message; each task reads its share from its nsqd, stages
     it in the write-ahead log, FINs it and returns it (`executor.read_partition`). Offsets are
-    ``{"batch": n, "plan": [[nsqd, limit], ...]}``: the batch number and its partitions, so a
-    re-run of batch n after a restart has the same partitions and reads their staging files."""
+    ``{"log": id, "batch": n, "plan": [[nsqd, limit], ...]}``: the batch number and its
+    partitions, so a re-run of batch n after a restart has the same partitions and reads their
+    staging files; ``log`` names the query's staging directory (made when the query's first
+    offset is, and kept in its offset log), so a new checkpoint never reads an old one's files."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -241,7 +244,10 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._planner
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"batch": 0, "plan": []}
+        return {"log": uuid.uuid4().hex, "batch": 0, "plan": []}
+
+    def _log(self, offset: dict[str, Any]) -> StagingLog:
+        return StagingLog(os.path.join(self.options.staging_location, str(offset.get("log", ""))))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_messages_per_batch)
@@ -272,14 +278,14 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return start
         if self._budget is not None:
             self._budget -= 1
-        return {"batch": batch + 1, "plan": plan}
+        return {"log": start.get("log", ""), "batch": batch + 1, "plan": plan}
 
     def _depths(self, start: dict[str, Any]) -> list[NsqdDepth]:
         planner = self._plan_source()
         if not self._available_now:
             return planner.depths()
         # An nsqd without /stats is drained once a batch of this run read nothing from it.
-        staging = StagingLog(self.options.staging_location)
+        staging = self._log(start)
         last = int(start.get("batch", 0))
         got: dict[str, int] = {}
         for i, (nsqd, _) in enumerate(start.get("plan") or []):
@@ -312,7 +318,7 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if batch == int(start.get("batch", 0)):
             return []
         return [
-            StagedPartition(batch, i, nsqd, int(limit))
+            StagedPartition(batch, i, nsqd, int(limit), str(end.get("log", "")))
             for i, (nsqd, limit) in enumerate(end.get("plan") or [])
         ]
 
@@ -320,7 +326,7 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         yield from read_partition(partition, self.options)
 
     def commit(self, end: dict[str, Any]) -> None:
-        StagingLog(self.options.staging_location).commit(int(end.get("batch", 0)))
+        self._log(end).commit(int(end.get("batch", 0)))
 
     def stop(self) -> None:
         pass  # no connections between tasks
