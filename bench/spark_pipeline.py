@@ -34,6 +34,7 @@ def main() -> int:
     parser.add_argument("--trickle-interval", type=float, default=0.5)
     parser.add_argument("--trigger", default="1 second", help="the latency run's trigger")
     parser.add_argument("--reader", choices=("staged", "driver"), default="staged")
+    parser.add_argument("--conf", action="append", default=[], help="Spark key=value")
     parser.add_argument("--partitions", type=int, default=None, help="numPartitions")
     parser.add_argument(
         "--skip", default="", help="comma-separated: archive,parquet,replay,latency"
@@ -53,7 +54,7 @@ def main() -> int:
     from trionsq.testing import DaemonProcess, pythonpath_env
 
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]))
-    spark = (
+    builder = (
         SparkSession.builder.master(args.master)
         .appName("trionsq-spark-bench")
         .config("spark.ui.enabled", "false")
@@ -62,8 +63,11 @@ def main() -> int:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.maxConcurrentOutputFileWriters", "4")
-        .getOrCreate()
     )
+    for pair in args.conf:
+        key, _, value = pair.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     work = tempfile.mkdtemp(prefix="trionsq-spark-bench-")
     try:
@@ -105,6 +109,7 @@ def main() -> int:
             archived = 0
             if "archive" not in skip:
                 trio.run(publish, "bench_in", bodies)
+                cpu = _cpu(nsqd.proc.pid)
                 started = time.perf_counter()
                 query = archive(
                     spark,
@@ -122,7 +127,8 @@ def main() -> int:
                 _durations(batches)
                 print(
                     f"topic -> parquet archive: {archived} messages in {elapsed:.1f}s = "
-                    f"{archived / elapsed:,.0f} msg/s ({len(batches)} micro-batches)"
+                    f"{archived / elapsed:,.0f} msg/s ({len(batches)} micro-batches); "
+                    + _cpu_report(cpu, _cpu(nsqd.proc.pid), archived)
                 )
 
             if "parquet" not in skip:
@@ -140,6 +146,7 @@ def main() -> int:
                     )
                 for key, value in options.items():
                     reader = reader.option(key, value)
+                cpu = _cpu(nsqd.proc.pid)
                 started = time.perf_counter()
                 query = (
                     reader.load()
@@ -157,7 +164,8 @@ def main() -> int:
                 _durations(batches)
                 print(
                     f"topic -> plain parquet sink: {written} messages in {elapsed:.1f}s = "
-                    f"{written / elapsed:,.0f} msg/s ({len(batches)} micro-batches)"
+                    f"{written / elapsed:,.0f} msg/s ({len(batches)} micro-batches); "
+                    + _cpu_report(cpu, _cpu(nsqd.proc.pid), written)
                 )
 
             if "replay" not in skip and archived:
@@ -272,6 +280,45 @@ def _latency(spark: Any, args: Any, work: str, source: Any, publish: Any, trio: 
         f"p50 {statistics.median(latencies) * 1000:.0f} ms, "
         f"max {latencies[-1] * 1000:.0f} ms; "
         f"micro-batch duration p50 {statistics.median(overhead) * 1000:.0f} ms"
+    )
+
+
+def _cpu(nsqd_pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by this process's tree: (everything but the
+    nsqd, the nsqd). The machine is shared: CPU time per message is the steadier figure."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the name: state, ppid, ... utime (12th), stime, cutime, cstime (15th).
+        parent[int(entry)] = int(fields[1])
+        used[int(entry)] = sum(int(x) for x in fields[11:15]) / tick
+
+    def under(pid: int, root: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+
+    me = os.getpid()
+    spark = sum(t for pid, t in used.items() if under(pid, me) and not under(pid, nsqd_pid))
+    nsqd = sum(t for pid, t in used.items() if under(pid, nsqd_pid))
+    return spark, nsqd
+
+
+def _cpu_report(before: tuple[float, float], after: tuple[float, float], n: int) -> str:
+    spark, nsqd = after[0] - before[0], after[1] - before[1]
+    return (
+        f"CPU {spark:.1f}s Spark (driver, JVM, Python workers) + {nsqd:.1f}s nsqd = "
+        f"{spark * 1e6 / max(n, 1):.1f} + {nsqd * 1e6 / max(n, 1):.1f} us/msg"
     )
 
 

@@ -72,6 +72,22 @@ def test_staged_source_reads_exactly_the_published_set(
     assert len(batches) <= 1
 
 
+def test_staged_source_without_nsqd_http_reads_everything_then_stops(
+    spark: Any, nsqd: DaemonProcess, tmp_dir: str
+) -> None:
+    """No /stats (depth unknown): every batch reads; AvailableNow ends once a batch read
+    nothing from the nsqd, not after a budget computed from an unknown depth."""
+    bodies = [f"blind {i}".encode() for i in range(1000)]
+    publish(nsqd, "stg_blind", bodies)
+    stream = _stream(
+        spark, "stg_blind", f"{tmp_dir}/staging", nsqd=tcp(nsqd), maxMessagesPerBatch="200"
+    )
+    query, rows = _available_now(stream, f"{tmp_dir}/ck")
+    assert sorted(r.body for r in rows) == sorted(bodies)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(sizes) >= 5 and max(sizes) <= 200
+
+
 def _parquet_query(stream: Any, out: str, checkpoint: str, **trigger: Any) -> Any:
     """Spark's plain file sink: no dedup of its own (exactly once only if the source is)."""
     return (

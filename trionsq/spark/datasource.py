@@ -1,5 +1,6 @@
 """`NSQDataSource`: the PySpark data source registered as format ``nsq``; it parses the options
-and hands out the streaming reader (`source`) and the batch/streaming writers (`sink`)."""
+and hands out the streaming reader (`source`: the staged one when ``stagingLocation`` is given,
+else the driver-side one) and the batch/streaming writers (`sink`)."""
 
 from __future__ import annotations
 

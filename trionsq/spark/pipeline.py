@@ -1,13 +1,15 @@
 """The pipeline jobs: `archive` (a streaming query writing a topic to Parquet partitioned by
-UTC date, deduplicated by (nsqd, id)) and `replay` (a batch job publishing an archive, or any
+UTC date, exactly once per (nsqd, id)) and `replay` (a batch job publishing an archive, or any
 DataFrame with a body column, back into a topic).
 
-Dedup: each micro-batch is written by `archive_batch` (``foreachBatch``): duplicates inside the
-batch are dropped, then rows whose (nsqd, id) is already in the archive for the same dates are
-dropped by an anti-join. A message's date and timestamp never change on redelivery, so only the
-batch's date partitions (and only files holding timestamps at or past the batch's oldest) are
-read. Whatever a crashed run left in the archive therefore counts, and a replayed or redelivered
-message adds no row.
+Dedup: each micro-batch is written by `archive_batch` (``foreachBatch``). With the staged source
+(the default) a batch is appended as it is, except a re-run after a restart (the batch the
+checkpoint has offsets but no commit for), which is checked like every batch of the driver-side
+reader: duplicates inside the batch are dropped, then rows whose (nsqd, id) is already in the
+archive for the same dates are dropped by an anti-join. A message's date and timestamp never
+change on redelivery, so only the batch's date partitions (and only files holding timestamps at
+or past the batch's oldest) are read. Whatever a crashed run left in the archive therefore
+counts, and a replayed or redelivered message adds no row.
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
-"""The streaming source: ``spark.readStream.format("nsq")``.
+"""The streaming source: ``spark.readStream.format("nsq")``, two readers.
 
-`NSQStreamReader`'s planning methods (``initialOffset``, ``latestOffset``, ``partitions``,
-``commit``) run in one long-lived driver-side Python process per query run; it starts a
-`ReaderRuntime` there on first use. Offsets are ``{"session": <uuid>, "seq": n}``: the reader
-session and the number of messages it received before the offset. A batch's messages travel to
-the executors inside its `NSQInputPartition` objects; `read` only decodes them. Messages are
-FIN'd in ``commit``, i.e. after Spark committed the batch holding them.
+`NSQStagedStreamReader` (option ``stagingLocation``): the driver plans each micro-batch from
+nsqd's /stats (`planner`) without touching a message; executor tasks read from nsqd, stage what
+they took in the write-ahead log, FIN it and return it (`executor`, `staging`). Exactly once.
+
+`NSQStreamReader` (the driver-side reader, without ``stagingLocation``): its planning methods
+(``initialOffset``, ``latestOffset``, ``partitions``, ``commit``) run in one long-lived
+driver-side Python process per query run; it starts a `ReaderRuntime` there on first use.
+Offsets are ``{"session": <uuid>, "seq": n}``: the reader session and the number of messages it
+received before the offset. A batch's messages travel to the executors inside its
+`NSQInputPartition` objects; `read` only decodes them. Messages are FIN'd in ``commit``, i.e.
+after Spark committed the batch holding them. At-least-once.
 """
 
 from __future__ import annotations
@@ -266,12 +271,13 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         batch = int(start.get("batch", 0))
         depths = self._depths(start)
         if self._available_now:
-            if self._budget is None:
+            if self._budget is None and all(d.depth is not None for d in depths):
                 known = sum(d.depth or 0 for d in depths)
                 # What waits now, plus two batches (for messages coming back from in flight):
-                # a publisher that never stops does not keep the run going.
+                # a publisher that never stops does not keep the run going. (With an nsqd of
+                # unknown depth the run ends when a batch reads nothing from it.)
                 self._budget = math.ceil(known / max_rows) + 2
-            if self._budget <= 0:
+            if self._budget is not None and self._budget <= 0:
                 return start
         plan = split_plan(depths, max_rows, self.options.num_partitions)
         if not plan:
