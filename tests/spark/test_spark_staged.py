@@ -301,3 +301,45 @@ def _until(predicate: Any, query: Any, timeout: float = 60.0) -> None:
         assert query.exception() is None, query.exception()
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.2)
+
+
+def test_an_attempt_that_loses_the_claim_returns_the_winners_rows_and_requeues_its_own(
+    nsqd: DaemonProcess, tmp_dir: str
+) -> None:
+    """Two attempts of one task (speculation, or a retry racing a straggler): the one whose
+    link fails returns the staged rows of the other and REQs what it took, so nothing is lost
+    and nothing is returned twice. (No Spark: the task's function itself.)"""
+    import trio
+
+    from trionsq.spark.executor import StagedPartition, _consume, decode_payloads
+    from trionsq.spark.options import SourceOptions
+    from trionsq.spark.planner import Planner
+    from trionsq.spark.staging import StagingLog
+
+    publish(nsqd, "stg_claim", [f"c{i}".encode() for i in range(100)])
+    options = SourceOptions.parse(
+        {
+            "topic": "stg_claim",
+            "channel": "spark",
+            "nsqd": tcp(nsqd),
+            "nsqdHttp": http(nsqd),
+            "stagingLocation": tmp_dir,
+        }
+    )
+    Planner(options).depths()  # creates the channel
+    staging = StagingLog(f"{tmp_dir}/q")
+    winner = decode_payloads(
+        [b"\x00" * 8 + b"\x00\x01" + b"%016x" % i + b"winner" for i in range(3)],
+        tcp(nsqd),
+        "stg_claim",
+    )
+    assert staging.write(7, 0, winner)  # the other attempt staged first
+    part = StagedPartition(7, 0, tcp(nsqd), 100, "q")
+    table = trio.run(_consume, part, options, staging)  # past read_partition's first check
+    assert table.column("body").to_pylist() == [b"winner"] * 3
+    deadline = time.monotonic() + 10
+    while channel_stats(nsqd, "stg_claim", "spark")["depth"] != 100:
+        assert time.monotonic() < deadline, "the loser's messages did not go back"
+        time.sleep(0.1)
+    stats = channel_stats(nsqd, "stg_claim", "spark")
+    assert stats["requeue_count"] == 100 and stats["in_flight_count"] == 0
