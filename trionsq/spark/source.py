@@ -264,12 +264,17 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         max_rows = self.options.max_messages_per_batch
+        batch = int(start.get("batch", 0))
+        depths = self._depths(start)
         if isinstance(limit, ReadMaxRows):
             max_rows = max(1, int(limit.max_rows))
         elif isinstance(limit, ReadAllAvailable):
-            max_rows = 2**31 - 1
-        batch = int(start.get("batch", 0))
-        depths = self._depths(start)
+            # Everything /stats shows; maxMessagesPerBatch from an nsqd of unknown depth (a
+            # task's RDY, and its connections, follow its limit: no unbounded share).
+            max_rows = max(
+                1,
+                sum(d.depth if d.depth is not None else max_rows for d in depths),
+            )
         if self._available_now:
             if self._budget is None and all(d.depth is not None for d in depths):
                 known = sum(d.depth or 0 for d in depths)
