@@ -28,7 +28,7 @@ commands:
   to_file      nsq_to_file: archive topics to (gzipped, rotated) files (also: nsq_to_file)
   to_http      nsq_to_http: GET/POST each message to HTTP endpoints (also: nsq_to_http)
   nsq_to_nsq   relay topics from one cluster to other nsqds
-  spark        Spark jobs: archive a topic to Parquet, replay an archive (trionsq spark --help)
+  spark        Spark jobs: archive a topic to Parquet, replay, compact (trionsq spark --help)
   nsqadmin     the web UI and admin API over nsqlookupd / nsqd (also: admin)
 """
 

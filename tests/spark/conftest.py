@@ -24,13 +24,20 @@ from trionsq.testing import DaemonProcess, pythonpath_env  # noqa: E402
 def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Spark's Python workers import trionsq from this checkout (not an installed copy).
+    os.environ["PYTHONPATH"] = pythonpath_env()["PYTHONPATH"]
     from pyspark.sql import SparkSession
 
     import trionsq.spark
 
     warehouse = tempfile.mkdtemp(prefix="trionsq-spark-warehouse-")
+    # Fault injection for the staged source's kill tests (trionsq.spark.executor._fault).
+    os.environ["TRIONSQ_SPARK_FAULTS"] = os.path.join(warehouse, "faults")
+    os.makedirs(os.environ["TRIONSQ_SPARK_FAULTS"])
     session = (
-        SparkSession.builder.master("local[2]")
+        # Two cores, and a failed task is tried up to 4 times (as on a cluster; plain
+        # local[2] never retries a task).
+        SparkSession.builder.master("local[2,4]")
         .appName("trionsq-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -50,6 +57,17 @@ def spark() -> Iterator[Any]:
     finally:
         session.stop()
         shutil.rmtree(warehouse, ignore_errors=True)
+        os.environ.pop("TRIONSQ_SPARK_FAULTS", None)
+
+
+def fault(point: str) -> None:
+    """Make the next staged-source task reaching `point` kill its Python worker."""
+    with open(os.path.join(os.environ["TRIONSQ_SPARK_FAULTS"], point), "w"):
+        pass
+
+
+def faults_left() -> list[str]:
+    return sorted(os.listdir(os.environ["TRIONSQ_SPARK_FAULTS"]))
 
 
 @pytest.fixture

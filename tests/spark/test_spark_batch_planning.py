@@ -66,3 +66,31 @@ def test_an_nsqd_whose_connections_are_all_full_is_not_known_to_be_drained() -> 
     assert not rt._every_nsqd_has_room()
     rt._done.add(a1)  # a1 saw a message past the AvailableNow frontier
     assert rt._every_nsqd_has_room()
+
+
+# -- the staged source's planner (trionsq.spark.planner.split_plan) ----------------------------
+
+
+def test_staged_plan_follows_depth_and_the_row_limit() -> None:
+    from trionsq.spark.planner import NsqdDepth, split_plan
+
+    a, b, c = NsqdDepth("a:1", "a:2", 300), NsqdDepth("b:1", "b:2", 100), NsqdDepth("c:1", None, 0)
+    # Everything waiting fits: each nsqd's depth, cut into up to 2 partitions; c has nothing.
+    assert split_plan([a, b, c], 1000, 2) == [["a:1", 150], ["a:1", 150], ["b:1", 50], ["b:1", 50]]
+    # Over the limit: shares in proportion to depth, summing to the limit exactly.
+    plan = split_plan([a, b], 200, 1)
+    assert plan == [["a:1", 150], ["b:1", 50]]
+    assert sum(n for _, n in split_plan([a, b, NsqdDepth("d:1", "d:2", 7)], 101, 3)) == 101
+
+
+def test_staged_plan_reads_an_nsqd_of_unknown_depth_and_skips_empty_ones() -> None:
+    from trionsq.spark.planner import NsqdDepth, split_plan
+
+    unknown = NsqdDepth("u:1", None, None)
+    assert split_plan([unknown, NsqdDepth("e:1", "e:2", 0)], 500, 2) == [
+        ["u:1", 250],
+        ["u:1", 250],
+    ]
+    assert split_plan([NsqdDepth("e:1", "e:2", 0)], 500, 2) == []
+    # Fewer messages than partitions: no empty partition.
+    assert split_plan([NsqdDepth("s:1", "s:2", 1)], 500, 4) == [["s:1", 1]]

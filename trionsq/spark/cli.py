@@ -1,5 +1,5 @@
-"""``trionsq spark archive|replay``: the pipeline jobs from the command line. Flags are parsed
-before pyspark is imported; bad flags give a one-line error and the usage (exit 2)."""
+"""``trionsq spark archive|replay|compact``: the pipeline jobs from the command line. Flags are
+parsed before pyspark is imported; bad flags give a one-line error and the usage (exit 2)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ __all__ = ["main"]
 
 USAGE = """\
 usage: trionsq spark archive --topic T (--nsqd-tcp-address A | --lookupd-http-address A)...
+                             [--nsqd-http-address A]... [--driver-reader]
                              --output DIR [--channel nsq_archive] [--checkpoint DIR]
                              [--available-now | --trigger-interval 10s] [--run-for SECONDS]
                              [--max-messages-per-batch N] [--max-in-flight N]
@@ -24,10 +25,16 @@ usage: trionsq spark archive --topic T (--nsqd-tcp-address A | --lookupd-http-ad
                             [--topic T] [--where SQL] [--from-date D] [--to-date D]
                             [--batch-size N] [--sink-opt key=value]...
                             [--master URL] [--conf key=value]...
+       trionsq spark compact --input DIR [--date YYYY-MM-DD]... [--target-file-size-mb 128]
+                             [--min-files 2] [--master URL] [--conf key=value]...
 
 archive: stream a topic into Parquet under DIR (partitioned by UTC date, deduplicated by
          nsqd and message id; checkpoint in DIR/_checkpoint unless --checkpoint).
+         Executors read nsqd through a staging log in the checkpoint (exactly once);
+         --nsqd-http-address (per --nsqd-tcp-address, in order) lets the driver see depth;
+         --driver-reader: the driver-side reader instead (at-least-once, deduplicated).
 replay:  publish an archive back into a topic (default: each row's own topic).
+compact: rewrite each date's small Parquet files of an archive into a few large ones.
 """
 
 
@@ -51,7 +58,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _parser(command: str) -> argparse.ArgumentParser:
     parser = _Parser(prog=f"trionsq spark {command}", add_help=False)
     _common(parser)
-    if command == "archive":
+    if command == "compact":
+        parser.add_argument("--input", required=True)
+        parser.add_argument("--date", action="append", default=None)
+        parser.add_argument("--target-file-size-mb", type=float, default=128.0)
+        parser.add_argument("--min-files", type=int, default=2)
+    elif command == "archive":
+        parser.add_argument("--nsqd-http-address", action="append", default=[])
+        parser.add_argument("--driver-reader", action="store_true")
         parser.add_argument("--topic", required=True)
         parser.add_argument("--channel", default="nsq_archive")
         parser.add_argument("--output", required=True)
@@ -95,7 +109,12 @@ def _session(args: argparse.Namespace, app: str) -> Any:
     builder = SparkSession.builder.appName(app)
     if args.master:
         builder = builder.master(args.master)
-    elif "spark.master" not in _pairs(args.conf, "--conf") and not os.environ.get("MASTER"):
+    elif (
+        "spark.master" not in _pairs(args.conf, "--conf")
+        and not os.environ.get("MASTER")
+        # Under spark-submit (its gateway is already up) the master is spark-submit's.
+        and not os.environ.get("PYSPARK_GATEWAY_PORT")
+    ):
         builder = builder.master("local[*]")
     for key, value in _pairs(args.conf, "--conf").items():
         builder = builder.config(key, value)
@@ -137,6 +156,8 @@ def _archive(args: argparse.Namespace) -> int:
         trigger=f"{interval} seconds",
         available_now=args.available_now,
         options=options,
+        nsqd_http=_split(args.nsqd_http_address),
+        staged=not args.driver_reader,
     )
     stopping: list[int] = []
 
@@ -201,6 +222,27 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(args: argparse.Namespace) -> int:
+    spark = _session(args, "trionsq compact")
+    from trionsq.spark.compact import compact
+
+    try:
+        results = compact(
+            spark,
+            args.input,
+            target_file_bytes=int(args.target_file_size_mb * 1024 * 1024),
+            min_files=args.min_files,
+            dates=args.date,
+        )
+    finally:
+        spark.stop()
+    for r in results:
+        _say(f"date={r.date}: {r.files_before} files -> {r.files_after} ({r.rows} rows)")
+    if not results:
+        _say("nothing to compact")
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
     """``trionsq spark <archive|replay> [flags]``; returns the exit code."""
     args = list(argv)
@@ -208,8 +250,8 @@ def main(argv: Sequence[str]) -> int:
         (sys.stdout if args else sys.stderr).write(USAGE)
         return 0 if args else 2
     command, rest = args[0], args[1:]
-    if command not in ("archive", "replay"):
-        _say(f"trionsq spark: unknown command {command!r} (archive or replay)")
+    if command not in ("archive", "replay", "compact"):
+        _say(f"trionsq spark: unknown command {command!r} (archive, replay or compact)")
         sys.stderr.write(USAGE)
         return 2
     if any(a in ("-h", "-help", "--help") for a in rest):
@@ -217,9 +259,19 @@ def main(argv: Sequence[str]) -> int:
         return 0
     try:
         parsed = _parser(command).parse_args(rest)
+        _pairs(parsed.conf, "--conf")
+        if command == "compact":
+            if parsed.min_files < 1 or parsed.target_file_size_mb <= 0:
+                raise _UsageError("--min-files and --target-file-size-mb must be positive")
+            return _compact(parsed)
         if not parsed.nsqd_tcp_address and not parsed.lookupd_http_address:
             raise _UsageError("give --nsqd-tcp-address or --lookupd-http-address")
-        _pairs(parsed.conf, "--conf")
+        if (
+            command == "archive"
+            and parsed.nsqd_http_address
+            and len(_split(parsed.nsqd_http_address)) != len(_split(parsed.nsqd_tcp_address))
+        ):
+            raise _UsageError("give one --nsqd-http-address per --nsqd-tcp-address")
         if command == "archive":
             return _archive(parsed)
         return _replay(parsed)

@@ -1,5 +1,6 @@
 """`NSQDataSource`: the PySpark data source registered as format ``nsq``; it parses the options
-and hands out the streaming reader (`source`) and the batch/streaming writers (`sink`)."""
+and hands out the streaming reader (`source`: the staged one when ``stagingLocation`` is given,
+else the driver-side one) and the batch/streaming writers (`sink`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pyspark.sql.types import StructType
 
 from .options import SinkOptions, SourceOptions
 from .sink import NSQStreamWriter, NSQWriter
-from .source import SOURCE_SCHEMA, NSQStreamReader
+from .source import SOURCE_SCHEMA, NSQStagedStreamReader, NSQStreamReader
 
 __all__ = ["NSQDataSource"]
 
@@ -26,7 +27,10 @@ class NSQDataSource(DataSource):
         return SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> Any:
-        return NSQStreamReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        if options.staging_location:
+            return NSQStagedStreamReader(options)
+        return NSQStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         return NSQWriter(SinkOptions.parse(self.options), schema)

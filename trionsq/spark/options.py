@@ -11,12 +11,15 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..client.connection import parse_address
+from ..client.options import ConnectionOptions
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 
 __all__ = [
     "NSQD_MAX_RDY",
+    "ClientSecurity",
     "OptionError",
     "SinkOptions",
     "SourceOptions",
@@ -70,6 +73,71 @@ class _Reader:
         raw = self.text(name)
         return parse_duration(raw, name) if raw else default
 
+    def flag(self, name: str) -> bool:
+        raw = self.text(name).lower()
+        if raw in ("", "false", "0", "no", "off"):
+            return False
+        if raw in ("true", "1", "yes", "on"):
+            return True
+        raise OptionError(f"option {name}: {raw!r} is not true or false")
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """TLS, compression and AUTH for every nsqd connection of the source or sink (options
+    ``tls``, ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``, ``tlsServerHostname``,
+    ``snappy``, ``deflate``, ``deflateLevel``, ``authSecret``)."""
+
+    tls: bool = False
+    tls_cafile: str | None = None
+    tls_certfile: str | None = None
+    tls_keyfile: str | None = None
+    tls_server_hostname: str | None = None
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = 6
+    auth_secret: str | None = None
+
+    @classmethod
+    def parse(cls, r: _Reader) -> ClientSecurity:
+        snappy, deflate = r.flag("snappy"), r.flag("deflate")
+        if snappy and deflate:
+            raise OptionError("options snappy and deflate: choose one compression")
+        cafile = r.text("tlsCaFile") or None
+        certfile = r.text("tlsCertFile") or None
+        keyfile = r.text("tlsKeyFile") or None
+        if keyfile and not certfile:
+            raise OptionError("option tlsKeyFile needs tlsCertFile")
+        level = r.int("deflateLevel", 6)
+        if level > 9:
+            raise OptionError("option deflateLevel: 1..9")
+        return cls(
+            # A CA or client certificate implies TLS.
+            tls=r.flag("tls") or bool(cafile or certfile),
+            tls_cafile=cafile,
+            tls_certfile=certfile,
+            tls_keyfile=keyfile,
+            tls_server_hostname=r.text("tlsServerHostname") or None,
+            snappy=snappy,
+            deflate=deflate,
+            deflate_level=level,
+            auth_secret=r.options.get("authsecret"),
+        )
+
+    def kwargs(self) -> dict[str, Any]:
+        """`ConnectionOptions` keyword arguments."""
+        return {
+            "tls_v1": self.tls,
+            "tls_cafile": self.tls_cafile,
+            "tls_certfile": self.tls_certfile,
+            "tls_keyfile": self.tls_keyfile,
+            "tls_server_hostname": self.tls_server_hostname,
+            "snappy": self.snappy,
+            "deflate": self.deflate,
+            "deflate_level": self.deflate_level,
+            "auth_secret": self.auth_secret,
+        }
+
 
 def _addresses(reader: _Reader) -> tuple[list[str], list[str]]:
     nsqd = reader.names("nsqd")
@@ -112,6 +180,16 @@ class SourceOptions:
     num_partitions: int = 2
     heartbeat_interval: float = 30.0
     connect_timeout: float = 5.0
+    #: Executor-side consumption: the write-ahead staging log's directory (a path every
+    #: executor and the driver see). Empty: the driver-side reader (messages via the driver).
+    staging_location: str = ""
+    #: nsqd HTTP addresses, in the order of `nsqd` (for /stats depth); lookupd supplies its own.
+    nsqd_http: tuple[str, ...] = ()
+    #: A task stops reading once nothing arrived for this long (it has less than its share).
+    read_idle_timeout: float = 0.25
+    #: The longest a task reads before staging (kept well below msgTimeout).
+    read_timeout: float = 10.0
+    security: ClientSecurity = ClientSecurity()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -141,6 +219,12 @@ class SourceOptions:
         touch = r.duration("touchInterval", msg_timeout / 2)
         if not 0 < touch < msg_timeout:
             raise OptionError("option touchInterval: must be above 0 and below msgTimeout")
+        nsqd_http = r.names("nsqdHttp")
+        if nsqd_http and len(nsqd_http) != len(nsqd):
+            raise OptionError("option nsqdHttp: one HTTP address per address of option nsqd")
+        read_timeout = r.duration("readTimeout", min(10.0, msg_timeout / 3))
+        if not 0 < read_timeout <= msg_timeout / 2:
+            raise OptionError("option readTimeout: must be above 0 and at most msgTimeout / 2")
         return cls(
             topic=topic,
             channel=channel,
@@ -156,6 +240,21 @@ class SourceOptions:
             num_partitions=r.int("numPartitions", 2),
             heartbeat_interval=r.duration("heartbeatInterval", 30.0),
             connect_timeout=r.duration("connectTimeout", 5.0),
+            staging_location=r.text("stagingLocation"),
+            nsqd_http=tuple(nsqd_http),
+            read_idle_timeout=r.duration("readIdleTimeout", 0.25),
+            read_timeout=read_timeout,
+            security=ClientSecurity.parse(r),
+        )
+
+    def connection_options(self) -> ConnectionOptions:
+        """The consumer connections' IDENTIFY, TLS, compression and AUTH settings."""
+        return ConnectionOptions(
+            msg_timeout=self.msg_timeout,
+            heartbeat_interval=self.heartbeat_interval,
+            connect_timeout=self.connect_timeout,
+            user_agent="trionsq-spark",
+            **self.security.kwargs(),
         )
 
     @property
@@ -179,6 +278,7 @@ class SinkOptions:
     #: MPUBs outstanding per connection.
     max_pipeline: int = 8
     connect_timeout: float = 5.0
+    security: ClientSecurity = ClientSecurity()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -196,4 +296,5 @@ class SinkOptions:
             batch_bytes=r.int("batchBytes", 1024 * 1024),
             max_pipeline=r.int("maxPipeline", 8),
             connect_timeout=r.duration("connectTimeout", 5.0),
+            security=ClientSecurity.parse(r),
         )

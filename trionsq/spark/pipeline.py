@@ -1,13 +1,15 @@
 """The pipeline jobs: `archive` (a streaming query writing a topic to Parquet partitioned by
-UTC date, deduplicated by (nsqd, id)) and `replay` (a batch job publishing an archive, or any
+UTC date, exactly once per (nsqd, id)) and `replay` (a batch job publishing an archive, or any
 DataFrame with a body column, back into a topic).
 
-Dedup: each micro-batch is written by `archive_batch` (``foreachBatch``): duplicates inside the
-batch are dropped, then rows whose (nsqd, id) is already in the archive for the same dates are
-dropped by an anti-join. A message's date and timestamp never change on redelivery, so only the
-batch's date partitions (and only files holding timestamps at or past the batch's oldest) are
-read. Whatever a crashed run left in the archive therefore counts, and a replayed or redelivered
-message adds no row.
+Dedup: each micro-batch is written by `archive_batch` (``foreachBatch``). With the staged source
+(the default) a batch is appended as it is, except a re-run after a restart (the batch the
+checkpoint has offsets but no commit for), which is checked like every batch of the driver-side
+reader: duplicates inside the batch are dropped, then rows whose (nsqd, id) is already in the
+archive for the same dates are dropped by an anti-join. A message's date and timestamp never
+change on redelivery, so only the batch's date partitions (and only files holding timestamps at
+or past the batch's oldest) are read. Whatever a crashed run left in the archive therefore
+counts, and a replayed or redelivered message adds no row.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ARCHIVE_DDL = (
     "date date"
 )
 _KEY = ["nsqd", "id"]
+_COLUMNS = ["body", "id", "timestamp", "attempts", "nsqd", "topic", "date"]
 _DAY_US = 86_400_000_000
 
 
@@ -49,11 +52,16 @@ def read_archive(spark: Any, path: str) -> Any:
         return spark.createDataFrame([], ARCHIVE_DDL)
 
 
-def archive_batch(batch: Any, batch_id: int, output: str) -> int:
+def archive_batch(batch: Any, batch_id: int, output: str, dedup: bool = True) -> int | None:
     """Append the rows of one micro-batch that the archive at `output` does not hold yet;
-    returns the number of distinct (nsqd, id) in the batch."""
+    returns the number of distinct (nsqd, id) in the batch. Without `dedup` the rows are
+    appended as they are (one Spark job; returns None): for batches known to hold no row the
+    archive has (see `archive`)."""
     from pyspark.sql import functions as F
 
+    if not dedup:
+        _with_date(batch).select(*_COLUMNS).write.mode("append").partitionBy("date").parquet(output)
+        return None
     spark = batch.sparkSession
     rows = _with_date(batch).dropDuplicates(_KEY).persist()
     try:
@@ -71,7 +79,7 @@ def archive_batch(batch: Any, batch_id: int, output: str) -> int:
             .select(*_KEY)
         )
         fresh = rows.join(existing, _KEY, "left_anti")
-        fresh = fresh.select("body", "id", "timestamp", "attempts", "nsqd", "topic", "date")
+        fresh = fresh.select(*_COLUMNS)
         # No count of its own: a Spark job costs ~0.3 s per micro-batch on local Spark.
         fresh.write.mode("append").partitionBy("date").parquet(output)
         return int(info["n"])
@@ -92,14 +100,21 @@ def archive(
     available_now: bool = False,
     options: Mapping[str, str] | None = None,
     query_name: str | None = None,
+    nsqd_http: Sequence[str] = (),
+    staged: bool = True,
 ) -> Any:
     """Start the archive query (returns the StreamingQuery): `topic`/`channel` from `nsqd`
     and/or `lookupd` into Parquet under `output` partitioned by ``date``, checkpointed in
     `checkpoint` (default ``<output>/_checkpoint``, which Spark's readers skip). `trigger` is a
-    processing-time interval; `available_now` archives what is there and stops."""
+    processing-time interval; `available_now` archives what is there and stops.
+
+    `staged` (the default): executors read from nsqd through the staging log in
+    ``<checkpoint>/nsq_staging`` (`nsqd_http`, the nsqds' HTTP addresses in the order of
+    `nsqd`, lets the driver see their depth); otherwise the driver-side reader."""
     from . import register
 
     register(spark)
+    checkpoint = checkpoint or output.rstrip("/") + "/_checkpoint"
     reader = (
         spark.readStream.format("nsq")
         .option("topic", topic)
@@ -107,12 +122,33 @@ def archive(
         .option("nsqd", ",".join(nsqd))
         .option("lookupd", ",".join(lookupd))
     )
+    if staged:
+        reader = reader.option("stagingLocation", checkpoint.rstrip("/") + "/nsq_staging")
+        if nsqd_http:
+            reader = reader.option("nsqdHttp", ",".join(nsqd_http))
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     stream = reader.load()
-    writer = stream.writeStream.foreachBatch(
-        lambda df, batch_id: archive_batch(df, batch_id, output)
-    ).option("checkpointLocation", checkpoint or output.rstrip("/") + "/_checkpoint")
+    # The staged source delivers every message once, in one batch, and a batch re-run after a
+    # restart holds the same rows. Only a re-run (of a batch whose append may have happened
+    # before the crash) is checked against the archive: the batch the checkpoint has offsets
+    # but no commit for (when the checkpoint cannot be listed here: the run's first batch).
+    # Later batches are appended as they are. The driver-side reader redelivers messages in
+    # later batches: every batch is checked.
+    rerun = _uncommitted_batch(checkpoint)
+    first = [True]
+
+    def write(df: Any, batch_id: int) -> None:
+        if not staged:
+            dedup = True
+        elif rerun == "unknown":
+            dedup = first[0]
+        else:
+            dedup = batch_id == rerun
+        archive_batch(df, batch_id, output, dedup=dedup)
+        first[0] = False
+
+    writer = stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
     if query_name:
         writer = writer.queryName(query_name)
     if available_now:
@@ -120,6 +156,28 @@ def archive(
     elif trigger:
         writer = writer.trigger(processingTime=trigger)
     return writer.start()
+
+
+def _uncommitted_batch(checkpoint: str) -> int | str | None:
+    """The batch id Spark will re-run when the query restarts from `checkpoint` (offsets
+    written, commit not), None if none, "unknown" if the checkpoint is not a local path."""
+    import os
+    import urllib.parse
+
+    path = urllib.parse.urlparse(checkpoint).path if checkpoint.startswith("file:") else checkpoint
+    if "://" in path:
+        return "unknown"
+
+    def ids(name: str) -> list[int]:
+        try:
+            return [int(f) for f in os.listdir(os.path.join(path, name)) if f.isdigit()]
+        except FileNotFoundError:
+            return []
+
+    offsets, commits = ids("offsets"), ids("commits")
+    if offsets and max(offsets) > max(commits, default=-1):
+        return max(offsets)
+    return None
 
 
 def replay(

@@ -165,13 +165,7 @@ class ReaderRuntime:
             self._started.set()
 
     def _conn_options(self) -> ConnectionOptions:
-        opts = self.options
-        return ConnectionOptions(
-            msg_timeout=opts.msg_timeout,
-            heartbeat_interval=opts.heartbeat_interval,
-            connect_timeout=opts.connect_timeout,
-            user_agent="trionsq-spark",
-        )
+        return self.options.connection_options()
 
     def _start_nsqd(self, nursery: trio.Nursery, address: str) -> None:
         host, port = parse_address(address)

@@ -126,6 +126,7 @@ async def _publish(
                     address,
                     max_pipeline=options.max_pipeline,
                     connect_timeout=options.connect_timeout,
+                    **options.security.kwargs(),
                 )
                 try:
                     producers.append(await stack.enter_async_context(producer))

@@ -1,17 +1,25 @@
-"""The streaming source: ``spark.readStream.format("nsq")``.
+"""The streaming source: ``spark.readStream.format("nsq")``, two readers.
 
-`NSQStreamReader`'s planning methods (``initialOffset``, ``latestOffset``, ``partitions``,
-``commit``) run in one long-lived driver-side Python process per query run; it starts a
-`ReaderRuntime` there on first use. Offsets are ``{"session": <uuid>, "seq": n}``: the reader
-session and the number of messages it received before the offset. A batch's messages travel to
-the executors inside its `NSQInputPartition` objects; `read` only decodes them. Messages are
-FIN'd in ``commit``, i.e. after Spark committed the batch holding them.
+`NSQStagedStreamReader` (option ``stagingLocation``): the driver plans each micro-batch from
+nsqd's /stats (`planner`) without touching a message; executor tasks read from nsqd, stage what
+they took in the write-ahead log, FIN it and return it (`executor`, `staging`). Exactly once.
+
+`NSQStreamReader` (the driver-side reader, without ``stagingLocation``): its planning methods
+(``initialOffset``, ``latestOffset``, ``partitions``, ``commit``) run in one long-lived
+driver-side Python process per query run; it starts a `ReaderRuntime` there on first use.
+Offsets are ``{"session": <uuid>, "seq": n}``: the reader session and the number of messages it
+received before the offset. A batch's messages travel to the executors inside its
+`NSQInputPartition` objects; `read` only decodes them. Messages are FIN'd in ``commit``, i.e.
+after Spark committed the batch holding them. At-least-once.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 import struct
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -32,10 +40,19 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from .executor import StagedPartition, read_partition
 from .options import SourceOptions
+from .planner import NsqdDepth, Planner, split_plan
 from .runtime import ReaderRuntime
+from .staging import StagingLog
 
-__all__ = ["SOURCE_SCHEMA", "NSQInputPartition", "NSQStreamReader", "decode_partition"]
+__all__ = [
+    "SOURCE_SCHEMA",
+    "NSQInputPartition",
+    "NSQStagedStreamReader",
+    "NSQStreamReader",
+    "decode_partition",
+]
 
 log = logging.getLogger("trionsq.spark")
 
@@ -201,3 +218,126 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._runtime is not None:
             self._runtime.stop()
             self._runtime = None
+
+
+class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The executor-side source (option ``stagingLocation``): the driver plans batches from
+    nsqd's /stats without touching a message; each task reads its share from its nsqd, stages
+    it in the write-ahead log, FINs it and returns it (`executor.read_partition`). Offsets are
+    ``{"log": id, "batch": n, "plan": [[nsqd, limit], ...]}``: the batch number and its
+    partitions, so a re-run of batch n after a restart has the same partitions and reads their
+    staging files; ``log`` names the query's staging directory (made when the query's first
+    offset is, and kept in its offset log), so a new checkpoint never reads an old one's files."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._planner: Planner | None = None
+        self._available_now = False
+        #: Trigger.AvailableNow: the most batches this run may still plan (None: not set yet).
+        self._budget: int | None = None
+        #: nsqds without /stats seen empty in this AvailableNow run (their last batch read 0).
+        self._drained: set[str] = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_planner"] = None
+        return state
+
+    def _plan_source(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.options)
+        return self._planner
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"log": uuid.uuid4().hex, "batch": 0, "plan": []}
+
+    def _log(self, offset: dict[str, Any]) -> StagingLog:
+        return StagingLog(os.path.join(self.options.staging_location, str(offset.get("log", ""))))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.options.max_messages_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = True
+        self._budget = None
+        self._drained = set()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        max_rows = self.options.max_messages_per_batch
+        batch = int(start.get("batch", 0))
+        depths = self._depths(start)
+        if isinstance(limit, ReadMaxRows):
+            max_rows = max(1, int(limit.max_rows))
+        elif isinstance(limit, ReadAllAvailable):
+            # Everything /stats shows; maxMessagesPerBatch from an nsqd of unknown depth (a
+            # task's RDY, and its connections, follow its limit: no unbounded share).
+            max_rows = max(
+                1,
+                sum(d.depth if d.depth is not None else max_rows for d in depths),
+            )
+        if self._available_now:
+            if self._budget is None and all(d.depth is not None for d in depths):
+                known = sum(d.depth or 0 for d in depths)
+                # What waits now, plus two batches (for messages coming back from in flight):
+                # a publisher that never stops does not keep the run going. (With an nsqd of
+                # unknown depth the run ends when a batch reads nothing from it.)
+                self._budget = math.ceil(known / max_rows) + 2
+            if self._budget is not None and self._budget <= 0:
+                return start
+        plan = split_plan(depths, max_rows, self.options.num_partitions)
+        if not plan:
+            return start
+        if self._budget is not None:
+            self._budget -= 1
+        return {"log": start.get("log", ""), "batch": batch + 1, "plan": plan}
+
+    def _depths(self, start: dict[str, Any]) -> list[NsqdDepth]:
+        planner = self._plan_source()
+        if not self._available_now:
+            return planner.depths()
+        # An nsqd without /stats is drained once a batch of this run read nothing from it.
+        staging = self._log(start)
+        last = int(start.get("batch", 0))
+        got: dict[str, int] = {}
+        for i, (nsqd, _) in enumerate(start.get("plan") or []):
+            table = staging.read(last, i)
+            got[nsqd] = got.get(nsqd, 0) + (table.num_rows if table is not None else 1)
+        self._drained |= {n for n, rows in got.items() if rows == 0}
+
+        def known() -> list[NsqdDepth]:
+            depths = planner.depths()
+            for d in depths:
+                if d.depth is None and d.tcp in self._drained:
+                    d.depth = 0
+            return depths
+
+        depths = known()
+        # Nothing waiting but messages in flight elsewhere (a killed run's): give them
+        # availableNowIdleTimeout to come back before the run ends.
+        deadline = time.monotonic() + self.options.available_now_idle
+        while (
+            all(d.depth == 0 for d in depths)
+            and any(d.in_flight for d in depths)
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+            depths = known()
+        return depths
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[Any]:
+        batch = int(end.get("batch", 0))
+        if batch == int(start.get("batch", 0)):
+            return []
+        return [
+            StagedPartition(batch, i, nsqd, int(limit), str(end.get("log", "")))
+            for i, (nsqd, limit) in enumerate(end.get("plan") or [])
+        ]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        yield from read_partition(partition, self.options)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._log(end).commit(int(end.get("batch", 0)))
+
+    def stop(self) -> None:
+        pass  # no connections between tasks
