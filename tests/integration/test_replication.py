@@ -1,0 +1,286 @@
+"""Replicated topics, in process (docs/replication.md): three nsqds in one Trio run talking
+over real TCP on 127.0.0.1, clients on in-memory streams. A "crash" cancels a daemon's tasks
+without its ordered shutdown (nothing is flushed; what it wrote stays in its data path), as
+kill -9 would leave it; the subprocess kill -9 trials are in test_replication_kill.py.
+
+Short timeouts (failover 0.6 s) keep each test to a few seconds; the defaults are exercised by
+the kill -9 trials and bench/replication.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.nsqd_harness import Conn
+from trionsq.nsqd.nsqd import NSQD
+from trionsq.nsqd.options import NSQDOptions
+from trionsq.nsqd.replication_log import ReplicationLog
+from trionsq.nsqd.replication_topic import ReplicatedTopic
+from trionsq.protocol import fin, pub, rdy, sub
+
+SECRET = "s3cret"
+FAST = {
+    "replication_heartbeat_interval": 0.1,
+    "replication_lease": 0.3,
+    "replication_failover_timeout": 0.6,
+    "replication_fin_interval": 0.05,
+    "replication_ack_timeout": 3.0,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """Three members (node IDs 1, 2, 3) of one replica set, each in its own cancel scope."""
+
+    def __init__(self, nursery: trio.Nursery, root: Path, size: int = 3, **extra: Any) -> None:
+        self.nursery = nursery
+        self.ports = [free_port() for _ in range(size)]
+        self.addresses = [f"127.0.0.1:{p}" for p in self.ports]
+        self.options = []
+        for i in range(size):
+            data = root / f"n{i + 1}"
+            data.mkdir(exist_ok=True)
+            self.options.append(
+                dataclasses.replace(
+                    NSQDOptions(),
+                    node_id=i + 1,
+                    tcp_address=self.addresses[i],
+                    http_address="",
+                    data_path=str(data),
+                    broadcast_address="127.0.0.1",
+                    replicate_to=[a for j, a in enumerate(self.addresses) if j != i],
+                    replicate_topic=["r.*"],
+                    replication_secret=SECRET,
+                    **{**FAST, **extra},
+                )
+            )
+        self.nodes: list[NSQD | None] = [None] * size
+        self.scopes: list[trio.CancelScope | None] = [None] * size
+
+    async def start(self, index: int) -> NSQD:
+        scope = trio.CancelScope()
+        options = self.options[index]
+
+        async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            with scope:
+                await NSQD(options).run(task_status=task_status)
+
+        nsqd = await self.nursery.start(run)
+        self.nodes[index] = nsqd
+        self.scopes[index] = scope
+        return nsqd
+
+    async def start_all(self) -> None:
+        for i in range(len(self.nodes)):
+            await self.start(i)
+        await self.until(lambda: all(p.connected for n in self.live() for p in n.replication.peers))
+
+    def crash(self, index: int) -> None:
+        scope = self.scopes[index]
+        assert scope is not None
+        scope.cancel()
+        self.nodes[index] = None
+
+    def live(self) -> list[Any]:
+        return [n for n in self.nodes if n is not None]
+
+    def role(self, index: int, topic: str) -> str | None:
+        node = self.nodes[index]
+        if node is None or topic not in node.topics:
+            return None
+        t = node.topics[topic]
+        assert isinstance(t, ReplicatedTopic)
+        return t.replica.role
+
+    def primary(self, topic: str) -> int | None:
+        found = [i for i in range(len(self.nodes)) if self.role(i, topic) == "primary"]
+        assert len(found) <= 1, f"two primaries: {found}"
+        return found[0] if found else None
+
+    async def until(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+        with trio.fail_after(timeout):
+            while not condition():
+                await trio.sleep(0.02)
+
+    def stop(self) -> None:
+        for scope in self.scopes:
+            if scope is not None:
+                scope.cancel()
+
+
+async def publish(nsqd: NSQD, topic: str, bodies: list[bytes]) -> list[bytes]:
+    """PUB each body on one connection; returns the bodies answered OK."""
+    conn = await Conn.open(nsqd)
+    acked = []
+    try:
+        for body in bodies:
+            await conn.send(pub(topic, body))
+            frame_type, data = await conn.frame()
+            if frame_type != 0 or data != b"OK":
+                break
+            acked.append(body)
+    except EOFError:
+        pass
+    await conn.aclose()
+    return acked
+
+
+async def consume(nsqd: NSQD, topic: str, count: int, finish: bool = True) -> list[bytes]:
+    conn = await Conn.open(nsqd)
+    await conn.send(sub(topic, "c"))
+    assert await conn.response() == b"OK"
+    await conn.send(rdy(count))
+    got = []
+    for _ in range(count):
+        message = await conn.message()
+        got.append(bytes(message.body))
+        if finish:
+            await conn.send(fin(message.id))
+    await conn.aclose()
+    return got
+
+
+def log_ids(path: str, topic: str) -> int:
+    log = ReplicationLog(path, topic)
+    try:
+        return len(log)
+    finally:
+        log.close()
+
+
+async def test_publish_is_acknowledged_once_a_quorum_wrote_it(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path)
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        acked = await publish(n1, "rt", [b"m%d" % i for i in range(20)])
+        assert len(acked) == 20
+        assert cluster.primary("rt") == 0
+        # Acknowledged: on the primary and at least one replica (both, once streamed).
+        counts = [n.topics["rt"].replica.log.__len__() for n in cluster.live()]
+        assert counts[0] == 20 and max(counts[1:]) == 20
+        await cluster.until(
+            lambda: all(len(n.topics["rt"].replica.log) == 20 for n in cluster.live())
+        )
+        # A replica refuses PUB (no forwarding yet) and delivers nothing.
+        n2 = cluster.nodes[1]
+        assert n2 is not None
+        assert await publish(n2, "rt", [b"x"]) == []
+        stats = n1.topics["rt"].replica.stats()
+        assert stats["role"] == "primary" and stats["epoch"] % 1024 == 1
+        cluster.stop()
+
+
+async def test_unreplicated_topic_is_untouched(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path)
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert len(await publish(n1, "plain", [b"a", b"b"])) == 2
+        assert not isinstance(n1.topics["plain"], ReplicatedTopic)
+        assert "plain" not in cluster.nodes[1].topics  # type: ignore[union-attr]
+        assert await consume(n1, "plain", 2) == [b"a", b"b"]
+        cluster.stop()
+    assert not list((tmp_path / "n1").glob("plain*.replication.*"))
+
+
+async def test_failover_delivers_every_unfinished_acknowledged_message(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path)
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        bodies = [b"m%d" % i for i in range(30)]
+        assert await publish(n1, "rt", bodies) == bodies
+        finished = await consume(n1, "rt", 10)
+        # Let the FIN batch reach the replicas, then kill the primary.
+        await trio.sleep(0.3)
+        cluster.crash(0)
+        await cluster.until(lambda: cluster.primary("rt") is not None)
+        new = cluster.primary("rt")
+        assert new in (1, 2)
+        node = cluster.nodes[new]
+        assert node is not None
+        rest = await consume(node, "rt", 20)
+        assert sorted(rest) == sorted(set(bodies) - set(finished))
+        # The old primary comes back as a replica of the new epoch and catches up.
+        await cluster.start(0)
+        await cluster.until(lambda: cluster.role(0, "rt") == "replica")
+        old = cluster.nodes[0]
+        assert old is not None
+        await cluster.until(
+            lambda: old.topics["rt"].replica.epoch == node.topics["rt"].replica.epoch
+        )
+        assert cluster.primary("rt") == new
+        more = await publish(node, "rt", [b"after"])
+        assert more == [b"after"]
+        await cluster.until(lambda: b"after" in _bodies(old, "rt"))
+        cluster.stop()
+
+
+def _bodies(nsqd: NSQD, topic: str) -> set[bytes]:
+    log = nsqd.topics[topic].replica.log  # type: ignore[attr-defined]
+    return {frame[34:] for _, frame in log.records()}
+
+
+async def test_primary_without_quorum_refuses_and_steps_down(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path, replication_ack_timeout=0.5)
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert await publish(n1, "rt", [b"one"]) == [b"one"]
+        cluster.crash(1)
+        cluster.crash(2)
+        # No quorum: PUB is not acknowledged, and the lease runs out.
+        assert await publish(n1, "rt", [b"two"]) == []
+        await cluster.until(lambda: cluster.role(0, "rt") != "primary")
+        cluster.stop()
+
+
+async def test_nsqd_dat_keeps_the_epoch_only_for_replicated_topics(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path)
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        await publish(n1, "rt", [b"a"])
+        await publish(n1, "plain", [b"a"])
+        epoch = n1.topics["rt"].replica.epoch  # type: ignore[attr-defined]
+        await n1.metadata.flush()
+        data = json.loads((tmp_path / "n1" / "nsqd.dat").read_bytes())
+        entries = {t["name"]: t for t in data["topics"]}
+        assert entries["rt"]["replication"] == {"epoch": epoch}
+        assert "replication" not in entries["plain"]
+        cluster.stop()
+
+
+@pytest.mark.parametrize("secret", ["wrong"])
+async def test_a_peer_with_the_wrong_secret_is_refused(tmp_path: Path, secret: str) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path, size=2)
+        cluster.options[1] = dataclasses.replace(cluster.options[1], replication_secret=secret)
+        await cluster.start(0)
+        await cluster.start(1)
+        await trio.sleep(0.5)
+        for node in cluster.live():
+            assert not any(p.connected for p in node.replication.peers)
+            assert "secret mismatch" in node.replication.peers[0].error or (
+                "IDENTIFY" in node.replication.peers[0].error
+            )
+        cluster.stop()
