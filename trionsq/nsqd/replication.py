@@ -26,6 +26,7 @@ import trio
 from ..protocol.names import is_ephemeral
 from . import replication_wire as wire
 from .backend import Backend
+from .replication_log import fsync_handles
 from .replication_peer import Peer, serve_inbound
 from .replication_topic import PRIMARY, ReplicatedTopic, TopicReplica
 
@@ -132,7 +133,7 @@ class Replication:
             await trio.sleep(self.nsqd.options.sync_timeout)
             for replica in self.replicas():
                 try:
-                    await self.nsqd.run_blocking(replica.log.fsync)
+                    await self.nsqd.run_blocking(fsync_handles, replica.log.sync_handles())
                 except OSError as err:
                     log.error("REPLICATION(%s): fsync failed - %s", replica.name, err)
 

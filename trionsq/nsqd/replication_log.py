@@ -32,6 +32,8 @@ LOG_SUFFIX = ".replication.log"
 FIN_SUFFIX = ".replication.fin"
 _HEAD = struct.Struct(">IQ")
 ID_SIZE = 16
+#: Dropped IDs remembered (in memory: forgotten at restart, which costs duplicates only).
+DROPPED_MAX = 1_000_000
 #: Compaction runs once this many records are finished everywhere (and more than are live).
 COMPACT_MIN = 1000
 
@@ -59,6 +61,16 @@ def decode_records(data: bytes | memoryview) -> list[Record]:
     return out
 
 
+def fsync_handles(fds: list[int]) -> None:
+    """fsync and close descriptors from `ReplicationLog.sync_handles` (blocking)."""
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 class ReplicationLog:
     """One replicated topic's messages and finished sets on this member's disk."""
 
@@ -73,6 +85,9 @@ class ReplicationLog:
         self._fin_fds: dict[str, int] = {}
         self.dead = 0
         self.bytes = 0
+        #: IDs compaction dropped (finished by every channel), the latest DROPPED_MAX: a
+        #: member that still holds one is told it is finished rather than asked for it.
+        self.dropped: dict[bytes, None] = {}
         self._load()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -223,10 +238,13 @@ class ReplicationLog:
 
     # -- upkeep -----------------------------------------------------------------------------
 
+    def sync_handles(self) -> list[int]:
+        """Duplicates of the files' descriptors, for `fsync_handles` in a worker thread
+        (a compaction meanwhile closes the originals, not these)."""
+        return [os.dup(fd) for fd in (self._fd, *self._fin_fds.values())]
+
     def fsync(self) -> None:
-        os.fsync(self._fd)
-        for fd in self._fin_fds.values():
-            os.fsync(fd)
+        fsync_handles(self.sync_handles())
 
     def compact_if_needed(self) -> bool:
         """Drop the records every channel has finished once they outnumber the live ones
@@ -262,7 +280,12 @@ class ReplicationLog:
                 os.fsync(f.fileno())
             os.replace(path + ".tmp", path)
         self.dead = 0
-        log.info("REPLICATION(%s): log compacted, %d records dropped", self.topic, len(gone))
+        dropped = self.dropped
+        dropped.update(dict.fromkeys(gone))
+        if len(dropped) > DROPPED_MAX:
+            for key in list(dropped)[: len(dropped) - DROPPED_MAX]:
+                del dropped[key]
+        log.debug("REPLICATION(%s): log compacted, %d records dropped", self.topic, len(gone))
         return True
 
     def close(self) -> None:

@@ -403,7 +403,8 @@ class TopicReplica:
         """Adopt a peer's messages and FINs (a promise or a sync): union. False if the
         bodies could not be fetched."""
         ids, fins = self.parse_summary(header, blob)
-        missing = [i for i in ids if i not in self.log]
+        dropped = self.log.dropped
+        missing = [i for i in ids if i not in self.log and i not in dropped]
         if missing:
             answer = await peer.ask(
                 wire.WANT,
@@ -511,6 +512,8 @@ class TopicReplica:
             if self.role != PRIMARY or self.epoch != epoch or not peer.connected:
                 return
             lacking = [i for i in self.log.index if i not in theirs]
+            # What it holds that this node dropped as finished everywhere: finished for it.
+            obsolete = [i for i in theirs if i in self.log.dropped]
             for name in self.log.finished:
                 peer.send(
                     wire.encode(
@@ -530,15 +533,16 @@ class TopicReplica:
             self.members[node_id] = member
             peer.send(frame)
             names = list(self.log.finished)
+            fins = {n: [*self.log.finished[n], *obsolete] for n in names}
             peer.send(
                 wire.encode(
                     wire.FINS,
                     {
                         "topic": self.name,
                         "epoch": epoch,
-                        "channels": {n: len(self.log.finished[n]) for n in names},
+                        "channels": {n: len(fins[n]) for n in names},
                     },
-                    b"".join(b"".join(self.log.finished[n]) for n in names),
+                    b"".join(b"".join(fins[n]) for n in names),
                 )
             )
             log.info(
