@@ -217,8 +217,8 @@ def test_kill_9_of_the_primary_loses_no_acknowledged_message(tmp_path: Path, tri
     ports = [(free_port(), free_port()) for _ in range(3)]
     done_file = tmp_path / "done"
     with DaemonProcess("nsqlookupd", env=pythonpath_env()) as lookupd:
-        lookupd_tcp = "127.0.0.1:%d" % lookupd.tcp_address[1]
-        lookupd_http = "127.0.0.1:%d" % lookupd.http_address[1]  # type: ignore[index]
+        lookupd_tcp = f"127.0.0.1:{lookupd.tcp_address[1]}"
+        lookupd_http = f"127.0.0.1:{lookupd.http_address[1]}"  # type: ignore[index]
         members = [Member(i, tmp_path, ports, lookupd_tcp) for i in range(3)]
         try:
             for member in members:
