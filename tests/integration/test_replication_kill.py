@@ -268,9 +268,11 @@ def test_kill_9_of_the_primary_loses_no_acknowledged_message(tmp_path: Path, tri
                 time.sleep(rng.uniform(0.5, 1.5))
                 victim.start()
                 wait_for(
-                    lambda: (info := victim.replication()) is not None
-                    and info["role"] == "replica"
-                    and info["epoch"] == (successor.replication() or {}).get("epoch"),
+                    lambda: (
+                        (info := victim.replication()) is not None
+                        and info["role"] == "replica"
+                        and info["epoch"] == (successor.replication() or {}).get("epoch")
+                    ),
                     15,
                     "the old primary to rejoin as a replica",
                 )

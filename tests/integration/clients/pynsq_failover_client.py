@@ -34,9 +34,7 @@ def main() -> int:
 
     def check() -> None:
         now = time.monotonic()
-        if now - started > float(timeout_s) or (
-            os.path.exists(done_file) and now - last[0] > 3.0
-        ):
+        if now - started > float(timeout_s) or (os.path.exists(done_file) and now - last[0] > 3.0):
             loop.stop()
         else:
             loop.call_later(0.2, check)
