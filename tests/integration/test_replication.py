@@ -284,3 +284,166 @@ async def test_a_peer_with_the_wrong_secret_is_refused(tmp_path: Path, secret: s
                 "IDENTIFY" in node.replication.peers[0].error
             )
         cluster.stop()
+
+
+# -- network faults between members -----------------------------------------------------------
+
+
+class Proxy:
+    """A TCP proxy in front of one member's port, for one other member's connection to it:
+    ``pass``, ``stall`` (bytes are held, connections stay open) or ``drop`` (connections are
+    cut and new ones refused) the replication stream."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.mode = "pass"
+        self.changed = trio.Event()
+        self.scopes: list[trio.CancelScope] = []
+
+    def set(self, mode: str) -> None:
+        self.mode = mode
+        self.changed.set()
+        self.changed = trio.Event()
+        if mode == "drop":
+            for scope in self.scopes:
+                scope.cancel()
+            self.scopes.clear()
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self._accept, listener, nursery)
+
+    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            stream = await listener.accept()
+            if self.mode == "drop":
+                await stream.aclose()
+                continue
+            nursery.start_soon(self._serve, stream)
+
+    async def _serve(self, client: trio.SocketStream) -> None:
+        scope = trio.CancelScope()
+        self.scopes.append(scope)
+        with scope:
+            try:
+                server = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+            except OSError:
+                await client.aclose()
+                return
+            async with client, server, trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump, client, server, nursery.cancel_scope)
+                nursery.start_soon(self._pump, server, client, nursery.cancel_scope)
+
+    async def _pump(
+        self, source: trio.SocketStream, sink: trio.SocketStream, scope: trio.CancelScope
+    ) -> None:
+        try:
+            while True:
+                data = await source.receive_some(65536)
+                if not data:
+                    break
+                while self.mode == "stall":
+                    await self.changed.wait()
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        scope.cancel()
+
+
+async def publish_loop(
+    cluster: Cluster, topic: str, acked: set[bytes], stop: trio.Event, tag: str
+) -> None:
+    """Publish to whichever member answers OK, moving on when one refuses or stalls."""
+    n = 0
+    target = 0
+    while not stop.is_set():
+        node = cluster.nodes[target % len(cluster.nodes)]
+        target += 1
+        if node is None:
+            continue
+        conn = await Conn.open(node)
+        try:
+            while not stop.is_set():
+                body = b"%s-%d" % (tag.encode(), n)
+                n += 1
+                await conn.send(pub(topic, body))
+                with trio.move_on_after(5) as waited:
+                    frame_type, data = await conn.frame()
+                if waited.cancelled_caught or frame_type != 0 or data != b"OK":
+                    break
+                acked.add(body)
+        except EOFError:
+            pass
+        finally:
+            await conn.aclose()
+        await trio.sleep(0.02)
+
+
+@pytest.mark.parametrize("fault", ["stall", "drop"])
+async def test_a_partitioned_primary_loses_no_acknowledged_message(
+    tmp_path: Path, fault: str
+) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path)
+        # Member i dials member j through proxies[i, j].
+        proxies: dict[tuple[int, int], Proxy] = {}
+        for i in range(3):
+            for j in range(3):
+                if i != j:
+                    proxy = Proxy(cluster.ports[j])
+                    await nursery.start(proxy.run)
+                    proxies[i, j] = proxy
+            cluster.options[i] = dataclasses.replace(
+                cluster.options[i],
+                replicate_to=[f"127.0.0.1:{proxies[i, j].port}" for j in range(3) if j != i],
+            )
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert len(await publish(n1, "rt", [b"first"])) == 1
+        acked: set[bytes] = {b"first"}
+        stop = trio.Event()
+        nursery.start_soon(publish_loop, cluster, "rt", acked, stop, fault)
+        await trio.sleep(0.5)
+        for (i, j), proxy in proxies.items():
+            if 0 in (i, j):
+                proxy.set(fault)
+        # The majority side elects a primary; the cut-off one steps down when its lease ends.
+        await cluster.until(lambda: cluster.role(0, "rt") != "primary", 5)
+        await cluster.until(lambda: cluster.primary("rt") in (1, 2), 10)
+        before = len(acked)
+        await cluster.until(lambda: len(acked) > before + 10, 10)
+        for proxy in proxies.values():
+            proxy.set("pass")
+        new = cluster.primary("rt")
+        assert new is not None
+        leader = cluster.nodes[new]
+        assert leader is not None
+        await cluster.until(
+            lambda: (
+                cluster.role(0, "rt") == "replica"
+                and n1.topics["rt"].replica.epoch == leader.topics["rt"].replica.epoch
+            ),  # type: ignore[attr-defined]
+            10,
+        )
+        stop.set()
+        await trio.sleep(0.2)
+        expected = set(acked)
+        got: set[bytes] = set()
+        conn = await Conn.open(leader)
+        await conn.send(sub("rt", "c"))
+        assert await conn.response() == b"OK"
+        await conn.send(rdy(500))
+        with trio.move_on_after(10):
+            while not expected <= got:
+                message = await conn.message()
+                got.add(bytes(message.body))
+                await conn.send(fin(message.id))
+        assert expected <= got, f"{len(expected - got)} acknowledged messages lost"
+        cluster.stop()
+        nursery.cancel_scope.cancel()
