@@ -205,9 +205,24 @@ async def serve_inbound(repl: Replication, client: ClientV2, peer_id: int) -> No
     log.info("REPLICATION: node %d connected (%s)", peer_id, client.remote_address)
     try:
         while True:
-            kind, header, blob = await reader.next()
-            answers = await repl.handle_request(peer_id, kind, header, blob)
-            if answers:
-                await stream.send_all(b"".join(answers))
+            # Every request already received is handled before the answers go out together,
+            # and of a run of MSGS for one topic only the last ACK (acknowledgements are
+            # cumulative): one write and one ACK per batch under load.
+            out: list[bytes] = []
+            acks: dict[str, bytes] = {}
+            while True:
+                kind, header, blob = await reader.next()
+                answers = await repl.handle_request(peer_id, kind, header, blob)
+                if kind == wire.MSGS and len(answers) == 1 and answers[0][4] == wire.ACK:
+                    acks[header["topic"]] = answers[0]
+                else:
+                    out += acks.values()
+                    acks.clear()
+                    out += answers
+                if not reader.ready():
+                    break
+            out += acks.values()
+            if out:
+                await stream.send_all(b"".join(out))
     except (trio.BrokenResourceError, trio.ClosedResourceError, wire.WireError, OSError) as err:
         log.info("REPLICATION: node %d disconnected - %s", peer_id, err)
