@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from ..protocol import MAGIC_V2, identify
 from ..protocol.frames import FRAME_TYPE_RESPONSE
 from . import replication_wire as wire
 from .addresses import split_host_port
+from .socket_stream import DirectSocketStream
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -55,13 +57,25 @@ class Peer:
         self._pending: dict[int, tuple[trio.Event, list[Answer]]] = {}
         self.error = ""
         self.connections = 0
+        self._sending = False
+        self._fd = -1
 
     # -- sending ----------------------------------------------------------------------------
 
     def send(self, frame: bytes) -> bool:
-        """Queue a one-way frame; False (dropped) while disconnected."""
+        """Send a frame: at once when nothing is queued before it and the socket takes it
+        (no scheduler round trip on the publish path), else queued for the sender task.
+        False (dropped) while disconnected."""
         if not self.connected:
             return False
+        if not self.out and not self._sending and self._fd >= 0:
+            try:
+                sent = os.write(self._fd, frame)
+            except OSError:
+                sent = 0  # would block, or broken: the sender task finds out
+            if sent == len(frame):
+                return True
+            frame = frame[sent:]
         self.out += frame
         self._wake.set()
         return True
@@ -109,6 +123,7 @@ class Peer:
             finally:
                 was = self.connected
                 self.connected = False
+                self._fd = -1
                 self.out.clear()
                 for event, _ in self._pending.values():
                     event.set()
@@ -121,7 +136,8 @@ class Peer:
     async def _session(self) -> None:
         host, port = split_host_port(self.address)
         with trio.fail_after(CONNECT_TIMEOUT):
-            stream = await trio.open_tcp_stream(host or "127.0.0.1", port)
+            socket_stream = await trio.open_tcp_stream(host or "127.0.0.1", port)
+        stream = DirectSocketStream(socket_stream, self.repl.nsqd.options.busy_poll)
         async with stream:
             options = self.repl.nsqd.options
             key = wire.identify_key(options.replication_secret, options.node_id)
@@ -146,6 +162,7 @@ class Peer:
             self.node_id = wire.check_reply_key(
                 options.replication_secret, key, raw, options.node_id
             )
+            self._fd = socket_stream.socket.fileno()
             self.connected = True
             self.connections += 1
             self.error = ""
@@ -161,7 +178,11 @@ class Peer:
             await self._wake.wait()
             while self.out:
                 data, self.out = self.out, bytearray()
-                await stream.send_all(data)
+                self._sending = True
+                try:
+                    await stream.send_all(data)
+                finally:
+                    self._sending = False
 
     async def _receiver(self, stream: trio.abc.Stream) -> None:
         reader = wire.FrameReader(stream)
