@@ -447,3 +447,56 @@ async def test_a_partitioned_primary_loses_no_acknowledged_message(
         assert expected <= got, f"{len(expected - got)} acknowledged messages lost"
         cluster.stop()
         nursery.cancel_scope.cancel()
+
+
+async def test_stats_and_metrics_show_role_epoch_and_lag(tmp_path: Path) -> None:
+    from trionsq.nsqd.prometheus import render_prometheus
+    from trionsq.nsqd.stats import snapshot
+
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path)
+        await cluster.start_all()
+        n1, n2 = cluster.nodes[0], cluster.nodes[1]
+        assert n1 is not None and n2 is not None
+        assert await publish(n1, "rt", [b"a", b"b"]) == [b"a", b"b"]
+        await publish(n1, "plain", [b"a"])
+        topics = {t["topic_name"]: t for t in snapshot(n1)["topics"]}
+        info = topics["rt"]["replication"]
+        assert info["role"] == "primary" and info["epoch"] == 1024 + 1
+        assert info["primary"] == cluster.addresses[0]
+        assert [m["connected"] for m in info["members"]] == [True, True]
+        assert all(m["lag_messages"] is not None for m in info["members"] if m["member"])
+        assert "replication" not in topics["plain"]
+        await cluster.until(lambda: "rt" in n2.topics)
+        replica = {t["topic_name"]: t for t in snapshot(n2)["topics"]}["rt"]["replication"]
+        assert replica["role"] == "replica" and replica["primary"] == cluster.addresses[0]
+        text = render_prometheus(snapshot(n1))
+        assert 'nsq_topic_replication_role{topic="rt",role="primary"} 1' in text
+        assert 'nsq_topic_replication_epoch{topic="rt"} 1025' in text
+        assert "nsq_topic_replication_lag_messages{" in text
+        assert 'nsq_topic_replication_failovers_total{topic="rt"} 1' in text
+        cluster.stop()
+
+
+async def test_without_replication_flags_stats_and_files_are_unchanged(tmp_path: Path) -> None:
+    from trionsq.nsqd.prometheus import render_prometheus
+    from trionsq.nsqd.stats import snapshot
+
+    async with trio.open_nursery() as nursery:
+        options = dataclasses.replace(
+            NSQDOptions(),
+            node_id=1,
+            tcp_address="127.0.0.1:0",
+            http_address="",
+            data_path=str(tmp_path),
+        )
+        nsqd = await nursery.start(NSQD(options).run)
+        assert nsqd.replication is None and not nsqd.hold_acks
+        assert await publish(nsqd, "rt", [b"a"]) == [b"a"]
+        assert not isinstance(nsqd.topics["rt"], ReplicatedTopic)
+        assert "replication" not in snapshot(nsqd)["topics"][0]
+        assert "nsq_topic_replication" not in render_prometheus(snapshot(nsqd))
+        await nsqd.metadata.flush()
+        assert b"replication" not in (tmp_path / "nsqd.dat").read_bytes()
+        nsqd.request_exit()
+    assert not list(tmp_path.glob("*.replication.*"))
