@@ -199,6 +199,10 @@ class TopicReplica:
         #: When the primary was last heard from (-inf: stand at once, a topic just created
         #: here by a publisher or consumer).
         self.last_heard = now if repl.loading_or_remote(topic.name) else -1e18
+        #: A replica stands no earlier than this (after a failed attempt: a short random
+        #: pause). Apart from `last_heard`, which votes read: a failed candidate must not
+        #: look to the others as if it had heard from the primary.
+        self.stand_after = 0.0
         self.lookup_done = True
         self.accepted = 0
         self.members: dict[int, Member] = {}
@@ -440,6 +444,7 @@ class TopicReplica:
                 self.role == REPLICA
                 and self.lookup_done
                 and now - self.last_heard >= options.replication_failover_timeout
+                and now >= self.stand_after
             ):
                 await self._stand()
                 continue
@@ -617,9 +622,8 @@ class TopicReplica:
             self._retry_later()
 
     def _retry_later(self) -> None:
-        timeout = self.repl.nsqd.options.replication_failover_timeout
         # Stand again after a short random pause (a concurrent candidate goes first).
-        self.last_heard = trio.current_time() - timeout + random.uniform(0.1, 0.6)
+        self.stand_after = trio.current_time() + random.uniform(0.1, 0.6)
 
     def take_office(self) -> None:
         self.role = PRIMARY
