@@ -41,10 +41,16 @@ TOPIC = "bench"
 _HEAD = struct.Struct(">Ii")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports nothing listens on (all bound at once, then released)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 async def _publisher(
@@ -96,7 +102,7 @@ async def _publish(address: tuple[str, int], conns: int, runfor: float) -> dict[
 
 
 def _cluster(size: int, root: Path) -> list[DaemonProcess]:
-    ports = [free_port() for _ in range(size)]
+    ports = free_ports(size)
     daemons = []
     for i in range(size):
         data = root / f"n{i}"

@@ -36,10 +36,16 @@ FAST = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports nothing listens on (all bound at once, then released)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 class Cluster:
@@ -47,7 +53,7 @@ class Cluster:
 
     def __init__(self, nursery: trio.Nursery, root: Path, size: int = 3, **extra: Any) -> None:
         self.nursery = nursery
-        self.ports = [free_port() for _ in range(size)]
+        self.ports = free_ports(size)
         self.addresses = [f"127.0.0.1:{p}" for p in self.ports]
         self.options = []
         for i in range(size):
@@ -69,14 +75,22 @@ class Cluster:
             )
         self.nodes: list[NSQD | None] = [None] * size
         self.scopes: list[trio.CancelScope | None] = [None] * size
+        self.exited: list[trio.Event | None] = [None] * size
 
     async def start(self, index: int) -> NSQD:
+        previous = self.exited[index]
+        if previous is not None:
+            await previous.wait()  # a crashed daemon has released its data path
         scope = trio.CancelScope()
         options = self.options[index]
+        exited = self.exited[index] = trio.Event()
 
         async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-            with scope:
-                await NSQD(options).run(task_status=task_status)
+            try:
+                with scope:
+                    await NSQD(options).run(task_status=task_status)
+            finally:
+                exited.set()
 
         nsqd = await self.nursery.start(run)
         self.nodes[index] = nsqd

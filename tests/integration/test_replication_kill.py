@@ -42,10 +42,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("trial", range(trials))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports nothing listens on (all bound at once, then released)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 class Member:
@@ -214,7 +220,8 @@ def wait_for(condition: Any, timeout: float, what: str) -> Any:
 
 def test_kill_9_of_the_primary_loses_no_acknowledged_message(tmp_path: Path, trial: int) -> None:
     rng = random.Random(trial * 104729 + 7)
-    ports = [(free_port(), free_port()) for _ in range(3)]
+    flat = free_ports(6)
+    ports = [(flat[2 * i], flat[2 * i + 1]) for i in range(3)]
     done_file = tmp_path / "done"
     with DaemonProcess("nsqlookupd", env=pythonpath_env()) as lookupd:
         lookupd_tcp = f"127.0.0.1:{lookupd.tcp_address[1]}"
