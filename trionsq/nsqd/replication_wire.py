@@ -68,7 +68,8 @@ class FrameReader:
         """A whole frame is buffered."""
         if len(self.buffer) < 4:
             return False
-        return len(self.buffer) >= 4 + _SIZE.unpack_from(self.buffer, 0)[0]
+        size: int = _SIZE.unpack_from(self.buffer, 0)[0]
+        return len(self.buffer) >= 4 + size
 
     async def next(self) -> tuple[int, dict[str, Any], bytes]:
         await self._fill(4)
