@@ -69,6 +69,7 @@ class ReplicationMachine(RuleBasedStateMachine):
         self.finished: set[bytes] = set()
         self.durable_fins: set[bytes] = set()
         self.delivered: list[bytes] = []
+        self.uncertain: set[bytes] = set()
         self.primaries: list[tuple[int, int]] = []  # (epoch, node) in the order observed
         self.down: set[int] = set()
         self.counter = 0
@@ -139,7 +140,12 @@ class ReplicationMachine(RuleBasedStateMachine):
     def deliver(self, count: int, fin_them: bool) -> None:
         """deliver, and finish (or not: the consumer leaves, the messages are requeued)."""
         index = self._wait_primary()
-        got = trio.from_thread.run(self._consume, self.cluster.nodes[index], count, fin_them)
+        got, cut = trio.from_thread.run(self._consume, self.cluster.nodes[index], count, fin_them)
+        if cut:
+            # The connection closed under the consumer (its primary stepped down): whether
+            # its FINs arrived is unknown, so these count neither as finished nor as owed.
+            self.uncertain |= set(got)
+            fin_them = False
         for body in got:
             assert body not in self.durable_fins, (
                 f"{body!r} delivered again after its FIN reached the replica"
@@ -151,23 +157,27 @@ class ReplicationMachine(RuleBasedStateMachine):
     @staticmethod
     async def _consume(
         node: Any, count: int, fin_them: bool, until: set[bytes] | None = None
-    ) -> list[bytes]:
+    ) -> tuple[list[bytes], bool]:
         """Take up to `count` messages within 0.3 s (or, with `until`, until those arrived
-        or 3 s passed), FINing them if asked."""
+        or 3 s passed), FINing them if asked; and whether the connection was cut."""
         conn = await Conn.open(node)
         await conn.send(sub(TOPIC, "c"))
         assert await conn.response() == b"OK"
         await conn.send(rdy(count))
         got: list[bytes] = []
-        with trio.move_on_after(0.3 if until is None else 3.0 + MSG_TIMEOUT):
-            while len(got) < count and (until is None or not until <= set(got)):
-                message = await conn.message()
-                got.append(bytes(message.body))
-                if fin_them:
-                    await conn.send(fin(message.id))
-        await trio.sleep(0.02)  # the FINs are read before the connection closes
+        cut = False
+        try:
+            with trio.move_on_after(0.3 if until is None else 3.0 + MSG_TIMEOUT):
+                while len(got) < count and (until is None or not until <= set(got)):
+                    message = await conn.message()
+                    got.append(bytes(message.body))
+                    if fin_them:
+                        await conn.send(fin(message.id))
+            await trio.sleep(0.02)  # the FINs are read before the connection closes
+        except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+            cut = True
         await conn.aclose()
-        return got
+        return got, cut
 
     @precondition(lambda self: not self.down)
     @rule()
@@ -217,8 +227,9 @@ class ReplicationMachine(RuleBasedStateMachine):
                 self.restart()
             index = self._wait_primary()
             node = self.cluster.nodes[index]
-            owed = (self.acked | {b"boot"}) - self.finished
-            drained = set(trio.from_thread.run(self._consume, node, 1000, True, owed))
+            owed = (self.acked | {b"boot"}) - self.finished - self.uncertain
+            got, _ = trio.from_thread.run(self._consume, node, 1000, True, owed)
+            drained = set(got)
             for body in drained:
                 assert body not in self.durable_fins, (
                     f"{body!r} delivered again after its FIN reached the replica"

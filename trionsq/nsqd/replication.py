@@ -68,6 +68,7 @@ class Replication:
         self.nsqd.lookup.hidden.add(name)
         assert self.nsqd._nursery is not None
         self.nsqd._nursery.start_soon(topic.replica.run, name=f"replication:{name}")
+        self.nsqd._nursery.start_soon(topic.replica.flush_task, name=f"replication-flush:{name}")
         return topic
 
     def loading_or_remote(self, name: str) -> bool:

@@ -27,12 +27,13 @@ import trio
 
 from ..protocol.message import framed_id
 from . import replication_wire as wire
-from .backend import Backend, BackendError, from_wall_ns, to_wall_ns
+from .backend import Backend, from_wall_ns, to_wall_ns
 from .channel import Channel
 from .e2e_latency import E2ELatency, Result, disabled_result
 from .lookup import register, unregister
 from .replication_log import Record, ReplicationLog, decode_records, encode_records
 from .topic import Topic, TopicExiting
+from .wakeup import Wakeup
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -97,10 +98,11 @@ class ReplicatedTopic(Topic):
         if self.exiting:
             raise TopicExiting("exiting")
         replica = self.replica
-        if replica.role == REPLICA and replica.primary is not None:
+        if replica.role == REPLICA and (replica.primary is not None or replica.epoch):
+            # Held only by a candidate, or while a new topic's first election runs.
             raise TopicExiting(replica.not_primary())
         due = to_wall_ns(trio.current_time() + defer) if defer > 0 else 0
-        replica.publish([(due, frame) for frame in frames])  # may raise BackendError
+        replica.publish([(due, frame) for frame in frames])
         if replica.role == PRIMARY:
             super().put_frames(frames, defer, pump_later)
 
@@ -205,6 +207,9 @@ class TopicReplica:
         self.stand_after = 0.0
         self.lookup_done = True
         self.accepted = 0
+        #: Accepted, not yet in the log (`flush`).
+        self.outbox: list[Record] = []
+        self.flush_wake = Wakeup()
         self.members: dict[int, Member] = {}
         self.syncing: set[int] = set()
         self.waiters: list[tuple[int, trio.Event, list[bool]]] = []
@@ -232,16 +237,36 @@ class TopicReplica:
     # -- publish, replicate, acknowledge ----------------------------------------------------
 
     def publish(self, records: list[Record]) -> None:
-        """Write the messages to the log and stream them (as the primary; while no primary
-        is known, during an election, they wait in the log: acknowledged if this node takes
-        office within --replication-ack-timeout, else answered E_PUB_FAILED, and merged into
-        the next primary's log like any message a member holds). Raises BackendError when
-        the disk refuses."""
+        """Accept published messages: they are written to the log and streamed by
+        `flush_task`, once per scheduler pass for every publisher served in it (one write(2)
+        and one MSGS frame per member for all of them), and their PUBs answered once a
+        quorum has them (`wait_replicated`). On a candidate (or a new topic's first
+        election) they wait in the log: acknowledged if this node takes office within
+        --replication-ack-timeout, else answered E_PUB_FAILED as soon as another node
+        leads, and merged into the next primary's log like any message a member holds."""
+        self.outbox += records
+        self.accepted += len(records)
+        self.flush_wake.set()
+
+    async def flush_task(self) -> None:
+        while not self.topic.exiting:
+            await self.flush_wake.wait()
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what `publish` accepted to the log, and stream it as the primary. A disk
+        that refuses fails every waiting PUB (E_PUB_FAILED) and marks nsqd unhealthy."""
+        if not self.outbox:
+            return
+        records, self.outbox = self.outbox, []
         try:
             self.log.append(records)
         except OSError as err:
-            raise BackendError(f"failed to write replication log - {err.strerror or err}") from err
-        self.accepted += len(records)
+            reason = f"failed to write replication log - {err.strerror or err}"
+            log.error("REPLICATION(%s): %s", self.name, reason)
+            self.repl.nsqd.health = f"NOK - {reason}"
+            self._fail_waiters()
+            return
         if self.role == PRIMARY:
             if len(self.members) < self.quorum - 1:
                 self.under_replicated += len(records)
@@ -335,6 +360,8 @@ class TopicReplica:
 
     def finished(self, channel: str, message_id: bytes) -> None:
         """A consumer FINished the message at this primary: log it, batch it."""
+        if self.outbox:
+            self.flush()  # a message delivered before its log write (same pass)
         if self.log.finish(channel, (message_id,)):
             self.fins_out.setdefault(channel, []).append(message_id)
             self.fins_count += 1
@@ -407,6 +434,7 @@ class TopicReplica:
         """Adopt a peer's messages and FINs (a promise or a sync): union. False if the
         bodies could not be fetched."""
         ids, fins = self.parse_summary(header, blob)
+        self.flush()  # the totals streamed below must cover only what the log holds
         dropped = self.log.dropped
         missing = [i for i in ids if i not in self.log and i not in dropped]
         if missing:
@@ -516,6 +544,7 @@ class TopicReplica:
                 return
             if self.role != PRIMARY or self.epoch != epoch or not peer.connected:
                 return
+            self.flush()
             lacking = [i for i in self.log.index if i not in theirs]
             # What it holds that this node dropped as finished everywhere: finished for it.
             obsolete = [i for i in theirs if i in self.log.dropped]
@@ -626,6 +655,7 @@ class TopicReplica:
         self.stand_after = trio.current_time() + random.uniform(0.1, 0.6)
 
     def take_office(self) -> None:
+        self.flush()  # what waited in the outbox is in the log, served below
         self.role = PRIMARY
         self.primary = self.node_id
         self.members.clear()
@@ -708,6 +738,8 @@ class TopicReplica:
     def heard(self, sender: int) -> None:
         self.primary = sender
         self.last_heard = trio.current_time()
+        if self.waiters and self.role == REPLICA:
+            self._fail_waiters()  # PUBs held here: another node leads, answer them now
 
     def refuse(self, rid: Any = None) -> bytes:
         header: dict[str, Any] = {"topic": self.name, "epoch": self.epoch}
