@@ -11,8 +11,9 @@
     .venv/bin/python bench/replication.py --runfor 20 --conns 16
     .venv/bin/python bench/replication.py --failover 10 --no-publish
 
-Each publisher connection sends PUB (100-byte bodies) and waits for its OK before the next, as
-Go's bench_writer does; `--conns` of them run concurrently in this process (Trio).
+Each publisher connection sends PUB (100-byte bodies; MPUB of `--batch` with a batch) and waits
+for its OK before the next, as Go's bench_writer does; `--conns` of them run concurrently in
+this process (Trio). The latencies are per command (publish -> OK).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trionsq.protocol import MAGIC_V2, pub  # noqa: E402
+from trionsq.protocol import MAGIC_V2, mpub, pub  # noqa: E402
 from trionsq.testing import DaemonProcess, pythonpath_env  # noqa: E402
 
 TOPIC = "bench"
@@ -54,12 +55,12 @@ def free_ports(count: int) -> list[int]:
 
 
 async def _publisher(
-    address: tuple[str, int], until: float, latencies: list[float], body: bytes
+    address: tuple[str, int], until: float, latencies: list[float], body: bytes, batch: int = 1
 ) -> None:
     stream = await trio.open_tcp_stream(*address)
     async with stream:
         await stream.send_all(MAGIC_V2)
-        command = pub(TOPIC, body)
+        command = pub(TOPIC, body) if batch == 1 else mpub(TOPIC, [body] * batch)
         buffer = bytearray()
         while trio.current_time() < until:
             start = time.perf_counter()
@@ -83,7 +84,9 @@ async def _publisher(
             latencies.append(time.perf_counter() - start)
 
 
-async def _publish(address: tuple[str, int], conns: int, runfor: float) -> dict[str, float]:
+async def _publish(
+    address: tuple[str, int], conns: int, runfor: float, batch: int = 1
+) -> dict[str, float]:
     latencies: list[float] = []
     body = b"x" * 100
     # Warm up (the first PUB creates the topic and, replicated, elects its primary).
@@ -91,11 +94,11 @@ async def _publish(address: tuple[str, int], conns: int, runfor: float) -> dict[
     until = trio.current_time() + runfor
     async with trio.open_nursery() as nursery:
         for _ in range(conns):
-            nursery.start_soon(_publisher, address, until, latencies, body)
+            nursery.start_soon(_publisher, address, until, latencies, body, batch)
     latencies.sort()
     n = len(latencies)
     return {
-        "msgs_per_s": n / runfor,
+        "msgs_per_s": n * batch / runfor,
         "p50_us": latencies[n // 2] * 1e6,
         "p99_us": latencies[min(n - 1, int(n * 0.99))] * 1e6,
     }
@@ -142,9 +145,10 @@ def publish_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         ("replicated, 2 members", 2, []),
         ("replicated, 3 members", 3, []),
     ]
-    for name, size, flags in modes:
-        runs = []
-        for _ in range(args.rounds):
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in modes}
+    # Rounds interleave the modes, so that a machine whose load changes affects them alike.
+    for _ in range(args.rounds):
+        for name, size, flags in modes:
             with tempfile.TemporaryDirectory(prefix="trionsq-bench-repl-") as tmp:
                 if size == 1:
                     daemons = [DaemonProcess("nsqd", args=flags, data_path=tmp)]
@@ -152,12 +156,18 @@ def publish_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                     daemons = _cluster(size, Path(tmp))
                     _wait_connected(daemons)
                 try:
-                    runs.append(trio.run(_publish, daemons[0].tcp_address, args.conns, args.runfor))
+                    run = trio.run(
+                        _publish, daemons[0].tcp_address, args.conns, args.runfor, args.batch
+                    )
                 finally:
                     for daemon in daemons:
                         daemon.close()
-        results[name] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-        print(name, json.dumps({k: round(v, 1) for k, v in results[name].items()}), flush=True)
+            runs[name].append(run)
+            print(name, json.dumps({k: round(v, 1) for k, v in run.items()}), flush=True)
+    for name, results_of in runs.items():
+        results[name] = {
+            key: statistics.median(r[key] for r in results_of) for key in results_of[0]
+        }
     return results
 
 
@@ -191,6 +201,7 @@ def main() -> int:
     parser.add_argument("--runfor", type=float, default=10.0)
     parser.add_argument("--conns", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=1, help="messages per command (MPUB)")
     parser.add_argument("--failover", type=int, default=0, help="kill -9 trials to run")
     parser.add_argument("--no-publish", action="store_true")
     args = parser.parse_args()

@@ -138,21 +138,44 @@ class ReplicationLog:
     def __contains__(self, message_id: bytes) -> bool:
         return message_id in self.index
 
-    def append(self, records: list[Record]) -> list[Record]:
-        """Write the records whose IDs the log lacks (one write(2)); returns them."""
+    def append(self, records: list[Record]) -> bytes:
+        """Write the records whose IDs the log lacks (one write(2)); returns them encoded."""
+        return self.append_encoded(encode_records(records))
+
+    def append_encoded(self, blob: bytes) -> bytes:
+        """`append` of records already encoded (a MSGS frame's blob, as the primary wrote
+        them): written as they are when all are new, the usual case; returns what was
+        written. Raises ValueError on a malformed record (nothing written)."""
         index = self.index
-        new = [r for r in records if framed_id(r[1]) not in index]
-        if not new:
-            return new
-        data = encode_records(new)
-        os.write(self._fd, data)  # O_APPEND: one write, at the end
-        pos = self.bytes
-        for _, frame in new:
-            length = len(frame) + 12
-            index[framed_id(frame)] = (pos, length)
+        unpack = _HEAD.unpack_from
+        id_at = FRAMED_BODY_OFFSET - 16 + 12
+        entries: list[tuple[bytes, int, int]] = []  # (id, offset in blob, length)
+        pos, end = 0, len(blob)
+        while pos < end:
+            if end - pos < _HEAD.size:
+                raise ValueError("truncated record")
+            length = unpack(blob, pos)[0] + 4
+            if length < 12 + FRAMED_BODY_OFFSET or pos + length > end:
+                raise ValueError("bad record length")
+            entries.append((blob[pos + id_at : pos + id_at + 16], pos, length))
             pos += length
-        self.bytes = pos
-        return new
+        new = [e for e in entries if e[0] not in index]
+        if len(new) != len(entries):
+            unique: dict[bytes, tuple[bytes, int, int]] = {}
+            for entry in new:
+                unique.setdefault(entry[0], entry)
+            new = list(unique.values())
+            blob = b"".join(blob[offset : offset + length] for _, offset, length in new)
+        if not new:
+            return b""
+        os.write(self._fd, blob)  # O_APPEND: one write, at the end
+        base = self.bytes
+        at = 0
+        for message_id, _, length in new:
+            index[message_id] = (base + at, length)
+            at += length
+        self.bytes = base + at
+        return blob
 
     def read(self, ids: Iterable[bytes]) -> list[Record]:
         """The records of `ids` the log holds, read back from disk."""

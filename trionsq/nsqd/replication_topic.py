@@ -260,7 +260,7 @@ class TopicReplica:
             return
         records, self.outbox = self.outbox, []
         try:
-            self.log.append(records)
+            written = self.log.append(records)
         except OSError as err:
             reason = f"failed to write replication log - {err.strerror or err}"
             log.error("REPLICATION(%s): %s", self.name, reason)
@@ -270,15 +270,14 @@ class TopicReplica:
         if self.role == PRIMARY:
             if len(self.members) < self.quorum - 1:
                 self.under_replicated += len(records)
-            self._stream(records)
+            self._stream(written)
 
-    def _stream(self, records: list[Record]) -> None:
+    def _stream(self, encoded: bytes) -> None:
+        """Send records (encoded as the log holds them) to every member."""
         if not self.members:
             return
         frame = wire.encode(
-            wire.MSGS,
-            {"topic": self.name, "epoch": self.epoch, "total": self.accepted},
-            encode_records(records),
+            wire.MSGS, {"topic": self.name, "epoch": self.epoch, "total": self.accepted}, encoded
         )
         window = self.repl.nsqd.options.replication_window
         for node_id, member in list(self.members.items()):
@@ -446,12 +445,13 @@ class TopicReplica:
             )
             if answer is None or answer[0] != wire.BODIES:
                 return False
-            records = self.log.append(decode_records(answer[2]))
-            if records and self.role == PRIMARY:
+            written = self.log.append(decode_records(answer[2]))
+            if written and self.role == PRIMARY:
                 # Messages only the peer had: served, and sent to the other members.
+                records = decode_records(written)
                 self.accepted += len(records)
                 self.topic.deliver_records(records)
-                self._stream(records)
+                self._stream(written)
         for name, done in fins.items():
             if name not in self.log.finished:
                 self.log.finished[name] = set()
@@ -767,7 +767,10 @@ class TopicReplica:
             return [self.refuse()]
         if epoch > self.epoch or self.role != REPLICA:
             return []  # not synced into that epoch yet: the primary syncs it first
-        self.log.append(decode_records(blob))
+        try:
+            self.log.append_encoded(blob)
+        except ValueError as err:
+            raise wire.WireError(f"bad MSGS - {err}") from None
         self.heard(sender)
         return [
             wire.encode(
