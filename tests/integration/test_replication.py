@@ -514,3 +514,18 @@ async def test_without_replication_flags_stats_and_files_are_unchanged(tmp_path:
         assert b"replication" not in (tmp_path / "nsqd.dat").read_bytes()
         nsqd.request_exit()
     assert not list(tmp_path.glob("*.replication.*"))
+
+
+async def test_unreplicated_publish_does_not_wait_for_a_replicated_topic(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path, replication_ack_timeout=2.0)
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert await publish(n1, "rt", [b"a"]) == [b"a"]
+        cluster.crash(1)
+        cluster.crash(2)
+        # rt has no quorum now; a PUB to another topic is answered at once all the same.
+        with trio.fail_after(1.0):
+            assert await publish(n1, "plain", [b"b"]) == [b"b"]
+        cluster.stop()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from . import replication_wire as wire
 from .backend import Backend
 from .replication_log import fsync_handles
 from .replication_peer import Peer, serve_inbound
-from .replication_topic import PRIMARY, ReplicatedTopic, TopicReplica
+from .replication_topic import ReplicatedTopic, TopicReplica
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
@@ -55,6 +56,10 @@ class Replication:
         self.loading = False
         self._nursery: trio.Nursery | None = None
         self._inbound: dict[int, int] = {}  # client id -> peer node id
+        #: Per task: the replicated topics it published to and their stream positions then.
+        self._owed: weakref.WeakKeyDictionary[trio.lowlevel.Task, dict[TopicReplica, int]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- which topics -----------------------------------------------------------------------
 
@@ -147,14 +152,23 @@ class Replication:
     def persist_soon(self, topic: str) -> None:
         self.nsqd.persist_metadata(topic)
 
+    def owe(self, replica: TopicReplica) -> None:
+        """The current task (a connection's command loop, an HTTP handler) published to a
+        replicated topic: its `wait_replicated` waits for the topic's stream position now."""
+        owed = self._owed.get(trio.lowlevel.current_task())
+        if owed is None:
+            owed = self._owed[trio.lowlevel.current_task()] = {}
+        owed[replica] = replica.accepted
+
     async def wait_replicated(self) -> bool:
-        """PUB's OK: every replicated message accepted so far is on a quorum."""
+        """PUB's OK: what the current task published to replicated topics is on a quorum
+        (publishes to other topics never wait for replication)."""
+        owed = self._owed.pop(trio.lowlevel.current_task(), None)
+        if not owed:
+            return True
         ok = True
-        for replica in self.replicas():
-            if replica.accepted and (
-                replica.role != PRIMARY or replica.quorum_total() < replica.accepted
-            ):
-                ok = await replica.wait_replicated() and ok
+        for replica, target in owed.items():
+            ok = await replica.wait_replicated(target) and ok
         return ok
 
     # -- the wire ---------------------------------------------------------------------------

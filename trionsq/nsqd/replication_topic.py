@@ -103,6 +103,7 @@ class ReplicatedTopic(Topic):
             raise TopicExiting(replica.not_primary())
         due = to_wall_ns(trio.current_time() + defer) if defer > 0 else 0
         replica.publish([(due, frame) for frame in frames])
+        replica.repl.owe(replica)
         if replica.role == PRIMARY:
             super().put_frames(frames, defer, pump_later)
 
@@ -339,10 +340,9 @@ class TopicReplica:
             event.set()
         self.waiters = []
 
-    async def wait_replicated(self) -> bool:
-        """Wait until every message accepted so far is on a quorum (False: the primary
-        stepped down, or --replication-ack-timeout passed)."""
-        target = self.accepted
+    async def wait_replicated(self, target: int) -> bool:
+        """Wait until the messages accepted up to `target` are on a quorum (False: the
+        primary stepped down, or --replication-ack-timeout passed)."""
         if self.role == PRIMARY and self.quorum_total() >= target:
             return True
         event = trio.Event()
