@@ -104,7 +104,7 @@ async def _publish(
     }
 
 
-def _cluster(size: int, root: Path) -> list[DaemonProcess]:
+def _cluster(size: int, root: Path, extra: list[str]) -> list[DaemonProcess]:
     ports = free_ports(size)
     daemons = []
     for i in range(size):
@@ -117,6 +117,7 @@ def _cluster(size: int, root: Path) -> list[DaemonProcess]:
             f"--replicate-topic={TOPIC}",
             "--replication-secret=bench",
             *peers,
+            *extra,
         ]
         daemons.append(DaemonProcess("nsqd", args=args, data_path=str(data), env=pythonpath_env()))
     return daemons
@@ -151,9 +152,9 @@ def publish_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         for name, size, flags in modes:
             with tempfile.TemporaryDirectory(prefix="trionsq-bench-repl-") as tmp:
                 if size == 1:
-                    daemons = [DaemonProcess("nsqd", args=flags, data_path=tmp)]
+                    daemons = [DaemonProcess("nsqd", args=[*flags, *args.nsqd_arg], data_path=tmp)]
                 else:
-                    daemons = _cluster(size, Path(tmp))
+                    daemons = _cluster(size, Path(tmp), args.nsqd_arg)
                     _wait_connected(daemons)
                 try:
                     run = trio.run(
@@ -202,6 +203,9 @@ def main() -> int:
     parser.add_argument("--conns", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--batch", type=int, default=1, help="messages per command (MPUB)")
+    parser.add_argument(
+        "--nsqd-arg", action="append", default=[], help="flag for every nsqd (repeatable)"
+    )
     parser.add_argument("--failover", type=int, default=0, help="kill -9 trials to run")
     parser.add_argument("--no-publish", action="store_true")
     args = parser.parse_args()

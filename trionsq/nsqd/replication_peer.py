@@ -137,7 +137,10 @@ class Peer:
         host, port = split_host_port(self.address)
         with trio.fail_after(CONNECT_TIMEOUT):
             socket_stream = await trio.open_tcp_stream(host or "127.0.0.1", port)
-        stream = DirectSocketStream(socket_stream, self.repl.nsqd.options.busy_poll)
+        # Direct socket calls, but no busy polling: members share the machine's cores with
+        # each other in the benchmarks, where spinning replicas cost the primary 20 % of its
+        # MPUB throughput (bench/README.md, "Replicated topics").
+        stream = DirectSocketStream(socket_stream, 0.0)
         async with stream:
             options = self.repl.nsqd.options
             key = wire.identify_key(options.replication_secret, options.node_id)
@@ -222,6 +225,9 @@ async def _read_nsq_frame(stream: trio.abc.ReceiveStream) -> tuple[int, bytes]:
 async def serve_inbound(repl: Replication, client: ClientV2, peer_id: int) -> None:
     """Serve a peer's requests on its connection to this node until it closes."""
     stream = client.stream
+    if isinstance(stream, DirectSocketStream):
+        # No busy polling on replication links (see `Peer._session`).
+        stream = DirectSocketStream(stream.socket_stream, 0.0)
     reader = wire.FrameReader(stream)
     log.info("REPLICATION: node %d connected (%s)", peer_id, client.remote_address)
     try:
