@@ -50,3 +50,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=3,
         help="kill -9 trials in tests/integration/test_nsqd_crash.py (default 3; 50: long run)",
     )
+    crash.addoption(
+        "--replication-trials",
+        type=int,
+        default=2,
+        help="kill -9 trials of a replicated topic's primary in "
+        "tests/integration/test_replication_kill.py (default 2; bench/replication-trials: more)",
+    )

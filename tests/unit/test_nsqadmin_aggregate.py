@@ -337,3 +337,40 @@ def test_clients_sorted_by_node_then_topology() -> None:
         ("a", "z9"),
         ("b", "z1"),
     ]
+
+
+def test_a_replicated_topic_shows_role_epoch_and_lag() -> None:
+    raw = {
+        "topic_name": "orders",
+        "depth": 0,
+        "backend_depth": 0,
+        "message_count": 5,
+        "channels": [],
+        "paused": False,
+        "replication": {
+            "role": "primary",
+            "epoch": 2051,
+            "epoch_text": "2.3",
+            "primary": "10.0.0.3:4150",
+            "members": [
+                {"address": "a:4150", "connected": True, "lag_messages": 4},
+                {"address": "b:4150", "connected": False, "lag_messages": None},
+            ],
+            "under_replicated": 0,
+            "failovers": 1,
+        },
+    }
+    stats = agg.topic_stats(raw, "n3:4151", {"hostname": "n3"}, 0.0)
+    assert stats["replication"] == {
+        "role": "primary",
+        "epoch": 2051,
+        "epoch_text": "2.3",
+        "primary": "10.0.0.3:4150",
+        "max_lag_messages": 4,
+        "members_connected": 1,
+        "members": 2,
+        "under_replicated": 0,
+        "failovers": 1,
+    }
+    del raw["replication"]
+    assert "replication" not in agg.topic_stats(raw, "n3:4151", {"hostname": "n3"}, 0.0)

@@ -111,6 +111,17 @@ TRIONSQ_DEFAULTS: dict[str, object] = {
     "max_attempts": 0,
     "dead_letter_topic": "{topic}.dead",
     "message_ttl": 0.0,
+    # replicated topics (docs/replication.md section 4): off without --replicate-to
+    "replicate_to": [],
+    "replicate_topic": [],
+    "replication_secret": "",
+    "replication_heartbeat_interval": 0.5,
+    "replication_lease": 2.0,
+    "replication_failover_timeout": 3.0,
+    "replication_fin_interval": 0.1,
+    "replication_ack_timeout": 5.0,
+    "replication_window": 4 * 1024 * 1024,
+    "replication_degraded": "refuse",
 }
 TRIONSQ_FLAGS = [
     "sync-ack",
@@ -122,6 +133,16 @@ TRIONSQ_FLAGS = [
     "max-attempts",
     "dead-letter-topic",
     "message-ttl",
+    "replicate-to",
+    "replicate-topic",
+    "replication-secret",
+    "replication-heartbeat-interval",
+    "replication-lease",
+    "replication-failover-timeout",
+    "replication-fin-interval",
+    "replication-ack-timeout",
+    "replication-window",
+    "replication-degraded",
 ]
 
 
@@ -495,3 +516,41 @@ def test_log_format_and_levels() -> None:
     assert stream.getvalue().splitlines()[-1].endswith(" DEBUG: now visible")
     with pytest.raises(ValueError, match="invalid log level"):
         set_log_level("trionsq.test-logs", "loud")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--replicate-topic=x"], "--replicate-topic needs --replicate-to"),
+        (["--replicate-to=127.0.0.1:1"], "--replicate-to needs --replication-secret"),
+        (
+            ["--replicate-to=127.0.0.1:1", "--replication-secret=s", "--replicate-topic=("],
+            "--replicate-topic '('",
+        ),
+        (
+            ["--replicate-to=127.0.0.1:1", "--replication-secret=s", "--replication-degraded=x"],
+            "--replication-degraded must be refuse or accept",
+        ),
+        (
+            [
+                "--replicate-to=127.0.0.1:1",
+                "--replication-secret=s",
+                "--replication-failover-timeout=2s",
+            ],
+            "--replication-failover-timeout must exceed",
+        ),
+    ],
+)
+def test_replication_flags_are_checked(argv: list[str], message: str) -> None:
+    options = parse_nsqd_args(argv)
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        options.validate()
+
+
+def test_replication_flags_off_by_default_validate() -> None:
+    parse_nsqd_args([]).validate()
+    options = parse_nsqd_args(
+        ["--replicate-to=127.0.0.1:1", "--replication-secret=s", "--replicate-topic=orders.*"]
+    )
+    options.validate()
+    assert options.replicate_topic == ["orders.*"]

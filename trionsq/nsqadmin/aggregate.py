@@ -464,7 +464,29 @@ def topic_stats(raw: Mapping[str, Any], node: str, producer: Mapping[str, Any], 
     ]
     stats["paused"] = _bool(raw.get("paused"))
     stats["e2e_processing_latency"] = e2e_from_nsqd(raw.get("e2e_processing_latency"))
+    replication = raw.get("replication")
+    if isinstance(replication, Mapping):
+        # trionsq's replicated topics (docs/replication.md): this node's role, epoch and lag.
+        stats["replication"] = replication_stats(replication)
     return stats
+
+
+def replication_stats(raw: Mapping[str, Any]) -> Json:
+    """One node's ``replication`` object of a topic, for the topic page: role, epoch, the
+    primary it knows, and its members' lag (the largest, as the primary counts it)."""
+    members = [m for m in _list(raw.get("members")) if isinstance(m, Mapping)]
+    lags = [_int(m.get("lag_messages")) for m in members if m.get("lag_messages") is not None]
+    return {
+        "role": _str(raw.get("role")),
+        "epoch": _int(raw.get("epoch")),
+        "epoch_text": _str(raw.get("epoch_text")),
+        "primary": _str(raw.get("primary")),
+        "max_lag_messages": max(lags) if lags else None,
+        "members_connected": sum(1 for m in members if m.get("connected")),
+        "members": len(members),
+        "under_replicated": _int(raw.get("under_replicated")),
+        "failovers": _int(raw.get("failovers")),
+    }
 
 
 # -- cluster-wide aggregates ----------------------------------------------------------------

@@ -376,7 +376,7 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
     except QueueFull:
         # A full bounded queue (bounds.py): retry later, like any 503.
         raise HTTPError(503, "QUEUE_FULL") from None
-    if nsqd.options.sync_ack and not await nsqd.wait_durable():
+    if nsqd.hold_acks and not await nsqd.wait_durable():
         raise HTTPError(503, "EXITING")
 
 

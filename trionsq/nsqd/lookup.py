@@ -60,6 +60,11 @@ def unregister(topic: str, channel: str | None = None) -> bytes:
     return b"UNREGISTER " + _params(topic, channel) + b"\n"
 
 
+def _topic_of(command: bytes) -> str:
+    """The topic a REGISTER/UNREGISTER names."""
+    return command.split()[1].decode()
+
+
 def _params(topic: str, channel: str | None) -> bytes:
     return (topic if channel is None else f"{topic} {channel}").encode()
 
@@ -163,7 +168,10 @@ class LookupPeer:
 
     def _resync_commands(self) -> list[bytes]:
         commands = []
+        hidden = self.nsqd.lookup.hidden
         for topic in list(self.nsqd.topics.values()):
+            if topic.name in hidden:
+                continue
             if not topic.channels:
                 commands.append(register(topic.name))
             commands += [register(topic.name, name) for name in list(topic.channels)]
@@ -200,6 +208,8 @@ class LookupPeers:
         self.nsqd = nsqd
         self.peers: dict[str, LookupPeer] = {}
         self._nursery: trio.Nursery | None = None
+        #: Replicated topics this node does not lead (replication_topic.py): not registered.
+        self.hidden: set[str] = set()
 
     def start(self, nursery: trio.Nursery, addresses: Iterable[str]) -> None:
         self._nursery = nursery
@@ -220,7 +230,10 @@ class LookupPeers:
                 self.peers[address] = peer
                 self._nursery.start_soon(peer.run, name=f"lookup-peer:{address}")
 
-    def notify(self, command: bytes) -> None:
+    def notify(self, command: bytes, force: bool = False) -> None:
+        """Queue a REGISTER/UNREGISTER for every lookupd; a hidden topic's only if `force`."""
+        if self.hidden and not force and _topic_of(command) in self.hidden:
+            return
         for peer in self.peers.values():
             peer.notify(command)
 

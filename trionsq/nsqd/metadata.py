@@ -4,6 +4,9 @@ Beyond Go's file, a topic's or channel's own queue limits (bounds.py) are kept u
 ``queue_limits`` key, written only for those that have some: Go's loader ignores it, and a
 daemon that sets none writes Go's file byte for byte.
 
+A replicated topic (replication_topic.py) has ``"replication": {"epoch": E}``, written only
+for replicated topics.
+
 Beyond NSQ, a topic's or channel's own dead-lettering and TTL settings (dead_letter.py) are
 written in its entry as ``max_attempts`` and ``message_ttl`` (ns) after ``paused``, only when
 set: a file written without them is Go's, byte for byte, and Go's loader ignores the keys.
@@ -67,6 +70,8 @@ class TopicMetadata:
     channels: list[ChannelMetadata] = field(default_factory=list)
     limits: dict[str, Any] | None = None
     delivery_limits: Limits | None = None
+    #: A replicated topic's epoch (replication_topic.py), None for any other topic.
+    replication: int | None = None
 
 
 def metadata_path(data_path: str) -> str:
@@ -128,7 +133,15 @@ def _topic(raw: dict[str, Any]) -> TopicMetadata:
         channels,
         limits=_queue_limits(raw),
         delivery_limits=_delivery_limits(raw),
+        replication=_replication(raw),
     )
+
+
+def _replication(raw: dict[str, Any]) -> int | None:
+    value = raw.get(REPLICATION_KEY)
+    if isinstance(value, dict) and isinstance(value.get("epoch"), int):
+        return int(value["epoch"])
+    return None
 
 
 def _queue_limits(raw: dict[str, Any]) -> dict[str, Any] | None:
@@ -158,6 +171,8 @@ def _encode_topic(topic: TopicMetadata) -> bytes:
     entry["channels"] = [_encode_channel(c) for c in topic.channels] or None
     if topic.limits:
         entry[LIMITS_KEY] = topic.limits
+    if topic.replication is not None:
+        entry[REPLICATION_KEY] = {"epoch": topic.replication}
     return json.dumps(entry, separators=_SEPARATORS).encode()
 
 
@@ -180,6 +195,8 @@ def _document(encoded_topics: Iterable[bytes]) -> bytes:
 _SEPARATORS = (",", ":")
 #: The key of a topic's or channel's own queue limits (beyond Go's file).
 LIMITS_KEY = "queue_limits"
+#: A replicated topic's ``{"epoch": E}`` (beyond Go's file; only replicated topics have it).
+REPLICATION_KEY = "replication"
 _VERSION = json.dumps(NSQ_VERSION).encode()
 
 
@@ -213,7 +230,13 @@ def _describe(topic: Topic) -> TopicMetadata:
         channels,
         limits=topic.limit_override.to_json() if topic.limit_override else None,
         delivery_limits=topic.delivery_limits,
+        replication=_epoch(topic),
     )
+
+
+def _epoch(topic: Topic) -> int | None:
+    replica = getattr(topic, "replica", None)
+    return None if replica is None else int(replica.epoch)
 
 
 class MetadataWriter:

@@ -58,6 +58,7 @@ from .lookup import LookupPeers, register, unregister
 from .memory_trim import MemoryTrimmer
 from .options import NSQDOptions
 from .protocol_v2 import handle_connection
+from .replication import Replication
 from .stats import snapshot
 from .statsd import statsd_loop
 from .topic import Topic
@@ -146,6 +147,10 @@ class NSQD:
         self.memory_trimmer = MemoryTrimmer(run_blocking)
         #: --dead-letter-topic, compiled (dead_letter.py).
         self.dead_letter_names = DeadLetterNames(options.dead_letter_topic)
+        #: Replicated topics (replication.py): None unless --replicate-to is given.
+        self.replication = Replication(self) if options.replicate_to else None
+        #: PUB's OK waits (`wait_durable`): --sync-ack, or replication on.
+        self.hold_acks = options.sync_ack or self.replication is not None
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -167,16 +172,25 @@ class NSQD:
     async def wait_durable(self) -> bool:
         """--sync-ack: wait until every message accepted so far is fsynced, and nsqd.dat
         names its topic and channels; False if the disk failed to make it so."""
-        ok = await self.disk_syncer.wait_durable()
-        if self.metadata.pending:
-            ok = await self.metadata.flush() and ok
+        ok = True
+        if self.options.sync_ack:
+            ok = await self.disk_syncer.wait_durable()
+            if self.metadata.pending:
+                ok = await self.metadata.flush() and ok
+        if self.replication is not None:
+            ok = await self.replication.wait_replicated() and ok
         return ok
 
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
             ephemeral = is_ephemeral(name)
-            topic = Topic(self, name, self.make_backend(name, ephemeral, channel=False))
+            backend = self.make_backend(name, ephemeral, channel=False)
+            replication = self.replication
+            if replication is not None and replication.replicates(name):
+                topic = replication.new_topic(name, backend)
+            else:
+                topic = Topic(self, name, backend)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
             assert self._nursery is not None
@@ -229,8 +243,12 @@ class NSQD:
 
     def _load_metadata(self, topics: list[metadata.TopicMetadata]) -> None:
         self._loading = True
+        if self.replication is not None:
+            self.replication.loading = True
         try:
             for entry in topics:
+                if self.replication is not None and entry.replication is not None:
+                    self.replication.saved_epochs[entry.name] = entry.replication
                 topic = self.get_topic(entry.name)
                 if entry.limits:
                     topic.set_limits(LimitOverride.from_json(entry.limits))
@@ -248,6 +266,8 @@ class NSQD:
                     topic.pause()
         finally:
             self._loading = False
+            if self.replication is not None:
+                self.replication.loading = False
 
     # -- clients --------------------------------------------------------------------------
 
@@ -344,6 +364,8 @@ class NSQD:
                     if self.tls_context is not None and self.options.https_address:
                         await self._start_https(clients)
                     self.lookup.start(root, self.options.nsqlookupd_tcp_addresses)
+                    if self.replication is not None:
+                        await root.start(self.replication.run, name="replication")
                     if self.options.statsd_address:
                         http_port = self.http_address[1] if self.http_address else None
                         await root.start(

@@ -3,6 +3,7 @@ and config keys, `parse_nsqd_args` and the startup validation of Go's `nsqd.New`
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,9 @@ __all__ = [
 
 #: --queue-full-policy's values (trionsq.nsqd.bounds).
 QUEUE_FULL_POLICIES = ("reject", "drop-oldest")
+
+#: --replication-degraded's values (trionsq.nsqd.replication).
+REPLICATION_DEGRADED = ("refuse", "accept")
 
 #: Experiments `--enable-experiment` knows about (post-1.3.0).
 EXPERIMENTS = ("topology-aware-consumption",)
@@ -122,6 +126,18 @@ class NSQDOptions:
     max_attempts: int = 0
     dead_letter_topic: str = DEFAULT_DEAD_LETTER_TOPIC
     message_ttl: float = 0.0
+
+    # beyond NSQ: replicated topics (replication.py, docs/replication.md); empty: off
+    replicate_to: list[str] = field(default_factory=list)
+    replicate_topic: list[str] = field(default_factory=list)
+    replication_secret: str = ""
+    replication_heartbeat_interval: float = 0.5
+    replication_lease: float = 2.0
+    replication_failover_timeout: float = 3.0
+    replication_fin_interval: float = 0.1
+    replication_ack_timeout: float = 5.0
+    replication_window: int = 4 * 1024 * 1024
+    replication_degraded: str = "refuse"
 
     queue_scan_interval: float = 0.1  # no flag
     queue_scan_refresh_interval: float = 5.0  # no flag
@@ -259,6 +275,39 @@ class NSQDOptions:
         problem = pattern_problem(self.dead_letter_topic)
         if problem:
             raise ValidationError(f"--dead-letter-topic {problem}")
+        self._validate_replication()
+
+    def _validate_replication(self) -> None:
+        """The replication flags (docs/replication.md section 4): checked only when set."""
+        if not (self.replicate_to or self.replicate_topic):
+            return
+        if not self.replicate_to:
+            raise ValidationError("--replicate-topic needs --replicate-to")
+        if not self.replication_secret:
+            raise ValidationError("--replicate-to needs --replication-secret")
+        for pattern in self.replicate_topic:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValidationError(f"--replicate-topic {pattern!r}: {err}") from None
+        if self.replication_degraded not in REPLICATION_DEGRADED:
+            raise ValidationError("--replication-degraded must be refuse or accept")
+        for name in (
+            "replication_heartbeat_interval",
+            "replication_lease",
+            "replication_fin_interval",
+            "replication_ack_timeout",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValidationError(f"--{name.replace('_', '-')} must be > 0")
+        if self.replication_window <= 0:
+            raise ValidationError("--replication-window must be > 0")
+        margin = self.replication_lease * 1.1 + self.replication_heartbeat_interval
+        if self.replication_failover_timeout <= margin:
+            raise ValidationError(
+                "--replication-failover-timeout must exceed --replication-lease x 1.1 + "
+                f"--replication-heartbeat-interval ({margin:g}s)"
+            )
 
 
 # (flag name, kind, field or None, help, extra Flag keyword arguments)
@@ -442,6 +491,86 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
         "[trionsq] drop (or, with --max-attempts, dead-letter) a message older than this "
         "(since it was published) when it would be delivered (0: no limit, as NSQ)",
         {},
+    ),
+    (
+        "replicate-to",
+        STRINGS,
+        None,
+        "[trionsq] <addr>:<port> (TCP) of another member of this nsqd's replica set (may be "
+        "given multiple times; every member lists the others): replicated topics are written "
+        "on a quorum before PUB is answered (docs/replication.md); none: replication off",
+        {},
+    ),
+    (
+        "replicate-topic",
+        STRINGS,
+        None,
+        "[trionsq] regular expression: topics whose whole name matches are replicated (may be "
+        "given multiple times)",
+        {},
+    ),
+    (
+        "replication-secret",
+        STRING,
+        None,
+        "[trionsq] shared secret the members prove with an HMAC when they connect (required "
+        "with --replicate-to)",
+        {},
+    ),
+    (
+        "replication-heartbeat-interval",
+        DURATION,
+        None,
+        "[trionsq] how often a topic's primary heartbeats its replicas",
+        {},
+    ),
+    (
+        "replication-lease",
+        DURATION,
+        None,
+        "[trionsq] a primary without a quorum's acknowledgement of a heartbeat sent within "
+        "this long stops serving the topic (steps down)",
+        {},
+    ),
+    (
+        "replication-failover-timeout",
+        DURATION,
+        None,
+        "[trionsq] a replica that has heard nothing from the primary for this long stands for "
+        "election (must exceed the lease x 1.1 + the heartbeat interval)",
+        {},
+    ),
+    (
+        "replication-fin-interval",
+        DURATION,
+        None,
+        "[trionsq] FINs are sent to the replicas in batches at this interval",
+        {},
+    ),
+    (
+        "replication-ack-timeout",
+        DURATION,
+        None,
+        "[trionsq] a PUB to a replicated topic not written by a quorum within this long is "
+        "answered E_PUB_FAILED (HTTP 503)",
+        {},
+    ),
+    (
+        "replication-window",
+        INT,
+        None,
+        "[trionsq] bytes sent to a replica and not yet acknowledged, per replica; a replica "
+        "further behind leaves the stream and is caught up from disk when it rejoins",
+        {},
+    ),
+    (
+        "replication-degraded",
+        STRING,
+        None,
+        "[trionsq] what a primary does without a quorum: 'refuse' (PUB fails after "
+        "--replication-ack-timeout, delivery stops with the lease) or 'accept' (acknowledge "
+        "after its own write, unreplicated)",
+        {"type_name": "value"},
     ),
     (
         "queue-scan-worker-pool-max",

@@ -315,6 +315,54 @@ def _topic_lines(snapshot: Snapshot) -> Iterator[str]:
         "End-to-end processing latency quantiles over the window, merged over channels.",
         _topic_latency_samples(snapshot),
     )
+    yield from _replication_lines(snapshot)
+
+
+_ROLES = ("primary", "replica", "candidate")
+
+
+def _replication_lines(snapshot: Snapshot) -> Iterator[str]:
+    """Replicated topics only (replication_topic.py): a daemon without them has none of
+    these families."""
+    replicated = [t for t in _topics(snapshot) if t.get("replication")]
+    if not replicated:
+        return
+    roles: list[Sample] = []
+    epochs: list[Sample] = []
+    lags: list[Sample] = []
+    failovers: list[Sample] = []
+    for topic in replicated:
+        info = topic["replication"]
+        name = topic["topic_name"]
+        for role in _ROLES:
+            roles.append(((("topic", name), ("role", role)), 1.0 if info["role"] == role else 0.0))
+        epochs.append(((("topic", name),), _number(info["epoch"])))
+        failovers.append(((("topic", name),), _number(info["failovers"])))
+        for member in info["members"]:
+            if member.get("lag_messages") is not None:
+                labels = (("topic", name), ("member", str(member["address"])))
+                lags.append((labels, _number(member["lag_messages"])))
+    yield from _family(
+        "nsq_topic_replication_role", "gauge", "This node's role for the topic (1: it).", roles
+    )
+    yield from _family(
+        "nsq_topic_replication_epoch",
+        "gauge",
+        "The topic's epoch on this node (round x 1024 + node ID).",
+        epochs,
+    )
+    yield from _family(
+        "nsq_topic_replication_lag_messages",
+        "gauge",
+        "Messages the primary accepted that the member has not acknowledged.",
+        lags,
+    )
+    yield from _family(
+        "nsq_topic_replication_failovers_total",
+        "counter",
+        "Times this node took office for the topic.",
+        failovers,
+    )
 
 
 # Beyond NSQ (dead-lettering and TTL): only channels whose stats have the field have a sample,

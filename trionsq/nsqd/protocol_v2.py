@@ -34,6 +34,7 @@ from .bounds import QueueFull
 from .channel import ChannelError
 from .client_v2 import STATE_DISCONNECTED, ClientV2
 from .heartbeats import stop_pump
+from .replication_wire import WireError as ReplicationWireError
 from .socket_stream import DirectSocketStream
 from .topic import TopicExiting
 from .transport import DeflateStream, SnappyStream, TransportError
@@ -274,7 +275,11 @@ async def _wait_durable(nsqd: NSQD, client: ClientV2) -> bool:
         client.holding = False
     if durable:
         return True
-    err = ProtocolError(E.E_PUB_FAILED, "PUB failed to make the message durable (fsync failed)")
+    err = ProtocolError(
+        E.E_PUB_FAILED,
+        "PUB failed to make the message durable (fsync failed, or not written by a quorum of "
+        "replicas)",
+    )
     log.error("[%s] - %s", client.remote_address, err)
     client.out = bytearray(encode_error(err.body))
     await _close_after_error(client)
@@ -380,7 +385,16 @@ def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
         client.sample_rate = result.sample_rate
         client.msg_timeout = result.msg_timeout_ms / 1000
         client.wake.set()
-    client.out += encode_response(result.reply(nsqd.identify_limits))
+    reply = result.reply(nsqd.identify_limits)
+    if nsqd.replication is not None and "replication" in result.raw:
+        # A member of this node's replica set: the connection becomes its stream (`_upgrade`).
+        try:
+            reply = nsqd.replication.identify_reply(client, result.raw["replication"], reply)
+        except ReplicationWireError as err:
+            raise ProtocolError(E.E_IDENTIFY_FAILED, f"IDENTIFY failed {err}") from None
+        client.out += encode_response(reply)
+        raise _Upgrade(result)
+    client.out += encode_response(reply)
     if result.tls_v1 or result.snappy or result.deflate:
         raise _Upgrade(result)
 
@@ -401,6 +415,9 @@ async def _upgrade(nsqd: NSQD, client: ClientV2, result: IdentifyResult) -> bool
     (heartbeats) in `client.out` for later. Layers are built as Go builds them: TLS over the
     socket, compression over TLS or the socket. Returns False when the connection cannot go on
     (a failed handshake): the error is logged and sent, and only this connection closes."""
+    if nsqd.replication is not None and "replication" in result.raw:
+        await nsqd.replication.serve(client)
+        return False
     await client.drain()
     client.sending = True
     failure = ""
@@ -790,7 +807,7 @@ def _publish(
         nsqd.producers[client.id] = client
     counts[topic_name] = counts.get(topic_name, 0) + len(frames)
     client.out += OK_FRAME
-    if nsqd.options.sync_ack:
+    if nsqd.hold_acks:
         client.unsynced_publish = True
 
 

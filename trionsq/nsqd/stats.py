@@ -104,6 +104,15 @@ def _topics_stats(
 
 
 def _topic_stats(topic: Topic, channels: list[Stats]) -> Stats:
+    stats = _topic_fields(topic, channels)
+    # A replicated topic's role, epoch and lag (replication_topic.py): only those have it.
+    replica = getattr(topic, "replica", None)
+    if replica is not None:
+        stats["replication"] = replica.stats()
+    return stats
+
+
+def _topic_fields(topic: Topic, channels: list[Stats]) -> Stats:
     return {
         "topic_name": topic.name,
         "channels": channels,

@@ -69,7 +69,7 @@ export function mount(root, params, ctx) {
       return h(
         "tr",
         { testid: "node-row", data: { node: n.node, key: n.node } },
-        nodeNameCell(n),
+        withReplication(nodeNameCell(n), n.replication),
         h("td.chart", sparkline(series.points, { title: `${n.node} msgs/s` })),
         ...statCells(n, (n.channels || []).length, "channels", channelTotals(n.channels)),
         ...e2eCells(n.e2e_processing_latency, qs),
@@ -180,3 +180,13 @@ export const actions = {
     }),
   tombstone: tombstoneAction,
 };
+
+// A replicated topic (trionsq, docs/replication.md): the node's role, epoch and replication lag
+// under its name.
+function withReplication(cell, r) {
+  if (!r) return cell;
+  const lag = r.max_lag_messages === null || r.max_lag_messages === undefined ? "" : ` · lag ${commafy(r.max_lag_messages)} msgs`;
+  const text = `${r.role} · epoch ${r.epoch_text}${lag} · ${r.members_connected}/${r.members} members connected`;
+  cell.append(h("div.small", { testid: "replication", title: `primary: ${r.primary || "unknown"}; failovers here: ${r.failovers}` }, text));
+  return cell;
+}

@@ -1,0 +1,234 @@
+"""Replicated topics (docs/replication.md, spec/replication.py): `Replication`, nsqd's part
+that exists only with ``--replicate-to``. It owns the peers (one `Peer` task per other member,
+replication_peer.py), which topics are replicated (``--replicate-topic``), the epochs read
+from nsqd.dat until their topics exist, the dispatch of the peers' requests and answers to
+each topic's `TopicReplica` (replication_topic.py), and PUB's wait for a quorum.
+
+```
+NSQD.run() root nursery
+ ├─ one replication peer task per --replicate-to address (reconnect with backoff)
+ ├─ one task per replicated topic (heartbeats, FIN batches, lease; failure detector, elections)
+ ├─ the log syncer (fsync of every replicated topic's log, every --sync-timeout)
+ └─ short tasks: a sync of a member into the primary's epoch
+```
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..protocol.names import is_ephemeral
+from . import replication_wire as wire
+from .backend import Backend
+from .replication_log import fsync_handles
+from .replication_peer import Peer, serve_inbound
+from .replication_topic import ReplicatedTopic, TopicReplica
+
+if TYPE_CHECKING:
+    from .client_v2 import ClientV2
+    from .nsqd import NSQD
+
+log = logging.getLogger("trionsq.nsqd")
+
+
+class Replication:
+    """The replica set's machinery on this node."""
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        options = nsqd.options
+        self.data_path = options.data_path or os.getcwd()
+        self.patterns = [re.compile(p) for p in options.replicate_topic]
+        self.peers = [Peer(self, address) for address in dict.fromkeys(options.replicate_to)]
+        #: Quorum of the replica set (this node and its peers).
+        self.quorum = (len(self.peers) + 1) // 2 + 1
+        #: Epochs nsqd.dat holds, until their topics are created at load.
+        self.saved_epochs: dict[str, int] = {}
+        #: Topics created because a peer named them (replicated whatever the patterns say).
+        self._remote: set[str] = set()
+        self.loading = False
+        self._nursery: trio.Nursery | None = None
+        self._inbound: dict[int, int] = {}  # client id -> peer node id
+        #: Per task: the replicated topics it published to and their stream positions then.
+        self._owed: weakref.WeakKeyDictionary[trio.lowlevel.Task, dict[TopicReplica, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- which topics -----------------------------------------------------------------------
+
+    def replicates(self, name: str) -> bool:
+        if is_ephemeral(name):
+            return False
+        return name in self._remote or any(p.fullmatch(name) for p in self.patterns)
+
+    def new_topic(self, name: str, backend: Backend) -> ReplicatedTopic:
+        topic = ReplicatedTopic(self.nsqd, name, backend, self)
+        self.nsqd.lookup.hidden.add(name)
+        assert self.nsqd._nursery is not None
+        self.nsqd._nursery.start_soon(topic.replica.run, name=f"replication:{name}")
+        self.nsqd._nursery.start_soon(topic.replica.flush_task, name=f"replication-flush:{name}")
+        return topic
+
+    def loading_or_remote(self, name: str) -> bool:
+        return self.loading or name in self._remote
+
+    def replica_of(self, name: str, create: bool) -> TopicReplica | None:
+        topic = self.nsqd.topics.get(name)
+        if topic is None and create and not self.nsqd.exiting:
+            self._remote.add(name)
+            topic = self.nsqd.get_topic(name)
+        if isinstance(topic, ReplicatedTopic):
+            return topic.replica
+        return None
+
+    def replicas(self) -> list[TopicReplica]:
+        return [t.replica for t in self.nsqd.topics.values() if isinstance(t, ReplicatedTopic)]
+
+    # -- peers ------------------------------------------------------------------------------
+
+    def peer_by_id(self, node_id: int | None) -> Peer | None:
+        for peer in self.peers:
+            if peer.node_id == node_id and peer.connected:
+                return peer
+        return None
+
+    def address_of(self, node_id: int | None) -> str | None:
+        if node_id is None:
+            return None
+        if node_id == self.nsqd.options.node_id:
+            host = self.nsqd.options.broadcast_address
+            return f"{host}:{self.nsqd.broadcast_tcp_port}"
+        for peer in self.peers:
+            if peer.node_id == node_id:
+                return peer.address
+        return f"node {node_id}"
+
+    def peer_connected(self, peer: Peer) -> None:
+        pass  # the primaries' topic tasks sync it at their next tick
+
+    def peer_disconnected(self, peer: Peer) -> None:
+        for replica in self.replicas():
+            if peer.node_id is not None:
+                replica._drop_member(peer.node_id, "disconnected")
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for peer in self.peers:
+                nursery.start_soon(peer.run, name=f"replication-peer:{peer.address}")
+            nursery.start_soon(self._sync_loop, name="replication-log-sync")
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def _sync_loop(self) -> None:
+        """fsync the logs (what --sync-timeout does for the disk queues)."""
+        while True:
+            await trio.sleep(self.nsqd.options.sync_timeout)
+            for replica in self.replicas():
+                try:
+                    await self.nsqd.run_blocking(fsync_handles, replica.log.sync_handles())
+                except OSError as err:
+                    log.error("REPLICATION(%s): fsync failed - %s", replica.name, err)
+
+    async def persist(self, topic: str) -> None:
+        """Write nsqd.dat with the topic's epoch before going on (a promise is kept across
+        a crash)."""
+        self.nsqd.persist_metadata(topic)
+        await self.nsqd.metadata.flush()
+
+    def persist_soon(self, topic: str) -> None:
+        self.nsqd.persist_metadata(topic)
+
+    def owe(self, replica: TopicReplica) -> None:
+        """The current task (a connection's command loop, an HTTP handler) published to a
+        replicated topic: its `wait_replicated` waits for the topic's stream position now."""
+        owed = self._owed.get(trio.lowlevel.current_task())
+        if owed is None:
+            owed = self._owed[trio.lowlevel.current_task()] = {}
+        owed[replica] = replica.accepted
+
+    async def wait_replicated(self) -> bool:
+        """PUB's OK: what the current task published to replicated topics is on a quorum
+        (publishes to other topics never wait for replication)."""
+        owed = self._owed.pop(trio.lowlevel.current_task(), None)
+        if not owed:
+            return True
+        ok = True
+        for replica, target in owed.items():
+            ok = await replica.wait_replicated(target) and ok
+        return ok
+
+    # -- the wire ---------------------------------------------------------------------------
+
+    def identify_reply(self, client: ClientV2, raw: Any, reply: bytes) -> bytes:
+        """IDENTIFY with a ``replication`` key: check it and answer with ours. Raises
+        wire.WireError."""
+        import json
+
+        options = self.nsqd.options
+        peer_id, key = wire.check_identify_key(options.replication_secret, options.node_id, raw)
+        self._inbound[client.id] = peer_id
+        body = json.loads(reply) if reply.startswith(b"{") else {}
+        body["replication"] = key
+        return json.dumps(body).encode()
+
+    async def serve(self, client: ClientV2) -> None:
+        """The peer's connection: no longer a client (no heartbeats, not in /stats)."""
+        peer_id = self._inbound.pop(client.id)
+        self.nsqd.heartbeats.remove(client)
+        self.nsqd.remove_client(client)
+        await client.drain()
+        await serve_inbound(self, client, peer_id)
+
+    async def handle_request(
+        self, sender: int, kind: int, header: dict[str, Any], blob: bytes
+    ) -> list[bytes]:
+        name = header.get("topic")
+        if not isinstance(name, str):
+            raise wire.WireError("request without a topic")
+        creates = kind in (wire.PREVOTE, wire.PREPARE, wire.SYNC, wire.HEARTBEAT, wire.MSGS)
+        replica = self.replica_of(name, create=creates)
+        if replica is None:
+            return []
+        if kind == wire.MSGS:
+            return replica.on_msgs(sender, header, blob)
+        if kind == wire.HEARTBEAT:
+            return await replica.on_heartbeat(sender, header)
+        if kind == wire.FINS:
+            return replica.on_fins(sender, header, blob)
+        if kind == wire.CHANNEL:
+            return replica.on_channel(sender, header)
+        if kind == wire.PREVOTE:
+            return replica.on_prevote(sender, header)
+        if kind == wire.PREPARE:
+            return await replica.on_prepare(sender, header)
+        if kind == wire.SYNC:
+            return await replica.on_sync(sender, header)
+        if kind == wire.WANT:
+            return replica.on_want(header, blob)
+        raise wire.WireError(f"unexpected request {wire.NAMES.get(kind, kind)}")
+
+    def handle_answer(self, peer: Peer, kind: int, header: dict[str, Any], blob: bytes) -> None:
+        name = header.get("topic")
+        replica = self.replica_of(name, create=False) if isinstance(name, str) else None
+        if replica is None or peer.node_id is None:
+            return
+        if kind == wire.ACK:
+            replica.acknowledged(peer.node_id, int(header["epoch"]), int(header["total"]))
+        elif kind == wire.HEARTBEAT_ACK:
+            replica.heartbeat_acked(peer.node_id, int(header["epoch"]), float(header["sent"]))
+        elif kind == wire.REFUSE:
+            replica.refused(int(header.get("epoch", 0)), f"node {peer.node_id} refused")

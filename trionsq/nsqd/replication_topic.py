@@ -1,0 +1,897 @@
+"""A replicated topic (docs/replication.md): `ReplicatedTopic`, the Topic nsqd creates for a
+topic that ``--replicate-topic`` names, and `TopicReplica`, its role in the replica set, named
+after the spec's actions (spec/replication.py): publish / replicate / acknowledge, FINs sent in
+batches (replicate_fins), suspect (the failover timeout, with a pre-vote), promise, take
+office, step_down, and the join of a member (here solicited by the primary: SYNC).
+
+Only replicated topics pay for any of it: an ordinary Topic never reaches this module. The
+hooks are the subclass's `put_frames` (the log write and the stream), `get_channel` (the
+channel's FINs are observed through its e2e slot, `FinObserver`, which the FIN paths already
+call) and nsqd's `wait_durable` (PUB's OK waits for a quorum, as --sync-ack's waits for fsync).
+
+The primary serves as an ordinary topic does; every member, the primary included, keeps the
+topic's `ReplicationLog`, from which a member that takes office rebuilds each channel (the log
+minus the channel's finished set). A replica's Topic object holds no messages and does not
+deliver (`started` is False) until it takes office.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..protocol.message import framed_id
+from . import replication_wire as wire
+from .backend import Backend, from_wall_ns, to_wall_ns
+from .channel import Channel
+from .e2e_latency import E2ELatency, Result, disabled_result
+from .lookup import register, unregister
+from .replication_log import Record, ReplicationLog, decode_records, encode_records
+from .topic import Topic, TopicExiting
+from .wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from .nsqd import NSQD
+    from .replication import Replication
+    from .replication_peer import Peer
+
+log = logging.getLogger("trionsq.nsqd")
+
+PRIMARY, REPLICA, CANDIDATE = "primary", "replica", "candidate"
+NODE_BITS = 1024
+#: The topic task's period (heartbeats, FIN batches and the lease are checked this often).
+TICK = 0.05
+
+
+def epoch_text(epoch: int) -> str:
+    return f"{epoch // NODE_BITS}.{epoch % NODE_BITS}"
+
+
+class FinObserver:
+    """A replicated channel's e2e slot: the FIN paths (protocol_v2's fast path and
+    `Channel.finish`) call `record_frame` for every finished message; it queues the FIN for
+    the replicas and passes the frame on to the real estimator, if any."""
+
+    __slots__ = ("channel", "inner", "replica")
+
+    def __init__(self, replica: TopicReplica, channel: str, inner: E2ELatency | None) -> None:
+        self.replica = replica
+        self.channel = channel
+        self.inner = inner
+
+    @property
+    def percentiles(self) -> Any:
+        return None if self.inner is None else self.inner.percentiles
+
+    def record_frame(self, frame: bytes, now: float | None = None) -> None:
+        self.replica.finished(self.channel, framed_id(frame))
+        if self.inner is not None:
+            self.inner.record_frame(frame, now)
+
+    def live_halves(self, now: float | None = None) -> Any:
+        return [] if self.inner is None else self.inner.live_halves(now)
+
+    def result(self, now: float | None = None) -> Result:
+        return disabled_result() if self.inner is None else self.inner.result(now)
+
+
+class ReplicatedTopic(Topic):
+    """A topic that ``--replicate-topic`` names: publishes go through its `TopicReplica`."""
+
+    __slots__ = ("replica",)
+
+    def __init__(self, nsqd: NSQD, name: str, backend: Backend, repl: Replication) -> None:
+        super().__init__(nsqd, name, backend)
+        # The ordinary queues are derived state: the log is the truth (rebuilt at takeover).
+        backend.empty()
+        self.started = False
+        self.replica = TopicReplica(repl, self)
+
+    def put_frames(
+        self, frames: list[bytes], defer: float = 0.0, pump_later: list[Topic] | None = None
+    ) -> None:
+        if self.exiting:
+            raise TopicExiting("exiting")
+        replica = self.replica
+        if replica.role == REPLICA and (replica.primary is not None or replica.epoch):
+            # Held only by a candidate, or while a new topic's first election runs.
+            raise TopicExiting(replica.not_primary())
+        due = to_wall_ns(trio.current_time() + defer) if defer > 0 else 0
+        replica.publish([(due, frame) for frame in frames])
+        replica.repl.owe(replica)
+        if replica.role == PRIMARY:
+            super().put_frames(frames, defer, pump_later)
+
+    def deliver_records(self, records: list[Record]) -> None:
+        """Queue messages from the log in every channel that has not finished them (or in
+        the topic while it has no channel), deferred ones until their due time."""
+        finished = self.replica.log.finished
+        now_ns = time.time_ns()
+        if not self.channels:
+            frames = [frame for due, frame in records if due <= now_ns]
+            later = [(frame, from_wall_ns(due)) for due, frame in records if due > now_ns]
+            if frames:
+                Topic.put_frames(self, frames)
+            self.deferred.extend(later)
+            self.wake.set()
+            return
+        for channel in self.channels.values():
+            done = finished.get(channel.name, set())
+            now_list = []
+            later_list = []
+            for due, frame in records:
+                if framed_id(frame) in done:
+                    continue
+                if due > now_ns:
+                    later_list.append((frame, from_wall_ns(due)))
+                else:
+                    now_list.append(frame)
+            if now_list:
+                channel.put_many(now_list)
+            if later_list:
+                channel.defer_many(later_list)
+            channel.message_count += len(now_list) + len(later_list)
+            channel.dispatch()
+
+    def get_channel(self, name: str) -> Channel:
+        channel = self.channels.get(name)
+        if channel is not None:
+            return channel
+        channel = super().get_channel(name)
+        if not channel.ephemeral:
+            replica = self.replica
+            if replica.role != PRIMARY:
+                channel.backend.empty()
+            channel.e2e = FinObserver(replica, name, channel.e2e)  # type: ignore[assignment]
+            replica.channel_created(name)
+        return channel
+
+    def delete_channel(self, name: str) -> None:
+        existed = name in self.channels
+        super().delete_channel(name)
+        if existed:
+            self.replica.channel_deleted(name)
+
+    def start(self) -> None:
+        """After the lookupd channel query: deliver only as the primary."""
+        self.replica.lookup_done = True
+        if self.replica.role == PRIMARY:
+            super().start()
+
+    def close(self) -> None:
+        super().close()
+        self.replica.log.close()
+
+    def delete(self) -> None:
+        super().delete()
+        self.replica.log.delete()
+
+
+class Member:
+    """A replica of the primary's epoch: what it has acknowledged, what is sent and not."""
+
+    __slots__ = ("acked", "hb_acked", "unacked", "unacked_bytes")
+
+    def __init__(self, acked: int) -> None:
+        self.acked = acked
+        #: Send time (trio clock) of the latest heartbeat it acknowledged.
+        self.hb_acked = -1e18
+        self.unacked: deque[tuple[int, int]] = deque()
+        self.unacked_bytes = 0
+
+
+class TopicReplica:
+    """One topic's role, epoch and replication state on this node."""
+
+    def __init__(self, repl: Replication, topic: ReplicatedTopic) -> None:
+        self.repl = repl
+        self.topic = topic
+        self.name = topic.name
+        nsqd = repl.nsqd
+        self.node_id = nsqd.options.node_id
+        self.log = ReplicationLog(repl.data_path, topic.name)
+        self.role = REPLICA
+        self.epoch = repl.saved_epochs.pop(topic.name, 0)
+        self.primary: int | None = None
+        now = trio.current_time()
+        #: When the primary was last heard from (-inf: stand at once, a topic just created
+        #: here by a publisher or consumer).
+        self.last_heard = now if repl.loading_or_remote(topic.name) else -1e18
+        #: A replica stands no earlier than this (after a failed attempt: a short random
+        #: pause). Apart from `last_heard`, which votes read: a failed candidate must not
+        #: look to the others as if it had heard from the primary.
+        self.stand_after = 0.0
+        self.lookup_done = True
+        self.accepted = 0
+        #: Accepted, not yet in the log (`flush`).
+        self.outbox: list[Record] = []
+        self.flush_wake = Wakeup()
+        self.members: dict[int, Member] = {}
+        self.syncing: set[int] = set()
+        self.waiters: list[tuple[int, trio.Event, list[bool]]] = []
+        self.fins_out: dict[str, list[bytes]] = {}
+        self.fins_count = 0
+        self.next_fins = 0.0
+        self.next_heartbeat = 0.0
+        self.took_office = 0.0
+        self.failovers = 0
+        self.under_replicated = 0
+        self.elections = 0
+
+    # -- sizes ------------------------------------------------------------------------------
+
+    @property
+    def quorum(self) -> int:
+        return self.repl.quorum
+
+    def not_primary(self) -> str:
+        primary = self.repl.address_of(self.primary)
+        where = f"; primary: {primary}" if primary else ""
+        epoch = epoch_text(self.epoch)
+        return f"not the primary of replicated topic {self.name} (epoch {epoch}{where})"
+
+    # -- publish, replicate, acknowledge ----------------------------------------------------
+
+    def publish(self, records: list[Record]) -> None:
+        """Accept published messages: they are written to the log and streamed by
+        `flush_task`, once per scheduler pass for every publisher served in it (one write(2)
+        and one MSGS frame per member for all of them), and their PUBs answered once a
+        quorum has them (`wait_replicated`). On a candidate (or a new topic's first
+        election) they wait in the log: acknowledged if this node takes office within
+        --replication-ack-timeout, else answered E_PUB_FAILED as soon as another node
+        leads, and merged into the next primary's log like any message a member holds."""
+        self.outbox += records
+        self.accepted += len(records)
+        self.flush_wake.set()
+
+    async def flush_task(self) -> None:
+        while not self.topic.exiting:
+            await self.flush_wake.wait()
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what `publish` accepted to the log, and stream it as the primary. A disk
+        that refuses fails every waiting PUB (E_PUB_FAILED) and marks nsqd unhealthy."""
+        if not self.outbox:
+            return
+        records, self.outbox = self.outbox, []
+        try:
+            written = self.log.append(records)
+        except OSError as err:
+            reason = f"failed to write replication log - {err.strerror or err}"
+            log.error("REPLICATION(%s): %s", self.name, reason)
+            self.repl.nsqd.health = f"NOK - {reason}"
+            self._fail_waiters()
+            return
+        if self.role == PRIMARY:
+            if len(self.members) < self.quorum - 1:
+                self.under_replicated += len(records)
+            self._stream(written)
+
+    def _stream(self, encoded: bytes) -> None:
+        """Send records (encoded as the log holds them) to every member."""
+        if not self.members:
+            return
+        frame = wire.encode(
+            wire.MSGS, {"topic": self.name, "epoch": self.epoch, "total": self.accepted}, encoded
+        )
+        window = self.repl.nsqd.options.replication_window
+        for node_id, member in list(self.members.items()):
+            peer = self.repl.peer_by_id(node_id)
+            if peer is None or not peer.send(frame):
+                self._drop_member(node_id, "disconnected")
+                continue
+            member.unacked.append((self.accepted, len(frame)))
+            member.unacked_bytes += len(frame)
+            if member.unacked_bytes > window:
+                # Flow control: it leaves the stream (memory stays bounded); it is caught up
+                # from the log when it is synced again.
+                self._drop_member(node_id, "behind by more than --replication-window")
+
+    def _drop_member(self, node_id: int, why: str) -> None:
+        if self.members.pop(node_id, None) is not None:
+            log.warning("REPLICATION(%s): node %d leaves the stream (%s)", self.name, node_id, why)
+            self._release_waiters()
+
+    def quorum_total(self) -> int:
+        """Messages accepted so far that a quorum (this node included) has written."""
+        need = self.quorum - 1
+        if need <= 0:
+            return self.accepted
+        acks = sorted((m.acked for m in self.members.values()), reverse=True)
+        if len(acks) >= need:
+            return acks[need - 1]
+        if self.repl.nsqd.options.replication_degraded == "accept" and self.role == PRIMARY:
+            return self.accepted
+        return -1
+
+    def acknowledged(self, node_id: int, epoch: int, total: int) -> None:
+        member = self.members.get(node_id)
+        if member is None or epoch != self.epoch or self.role != PRIMARY:
+            return
+        if total > member.acked:
+            member.acked = total
+        unacked = member.unacked
+        while unacked and unacked[0][0] <= total:
+            member.unacked_bytes -= unacked.popleft()[1]
+        self._release_waiters()
+
+    def _release_waiters(self) -> None:
+        if not self.waiters:
+            return
+        done = self.quorum_total()
+        keep = []
+        for target, event, box in self.waiters:
+            if target <= done:
+                box.append(True)
+                event.set()
+            else:
+                keep.append((target, event, box))
+        self.waiters = keep
+
+    def _fail_waiters(self) -> None:
+        for _, event, box in self.waiters:
+            box.append(False)
+            event.set()
+        self.waiters = []
+
+    async def wait_replicated(self, target: int) -> bool:
+        """Wait until the messages accepted up to `target` are on a quorum (False: the
+        primary stepped down, or --replication-ack-timeout passed)."""
+        if self.role == PRIMARY and self.quorum_total() >= target:
+            return True
+        event = trio.Event()
+        box: list[bool] = []
+        self.waiters.append((target, event, box))
+        with trio.move_on_after(self.repl.nsqd.options.replication_ack_timeout):
+            await event.wait()
+        if not box:
+            self.waiters = [w for w in self.waiters if w[1] is not event]
+            return False
+        return box[0]
+
+    # -- FINs and channels ------------------------------------------------------------------
+
+    def finished(self, channel: str, message_id: bytes) -> None:
+        """A consumer FINished the message at this primary: log it, batch it."""
+        if self.outbox:
+            self.flush()  # a message delivered before its log write (same pass)
+        if self.log.finish(channel, (message_id,)):
+            self.fins_out.setdefault(channel, []).append(message_id)
+            self.fins_count += 1
+            if self.fins_count >= 1000:
+                self.flush_fins()
+
+    def flush_fins(self) -> None:
+        if not self.fins_count:
+            return
+        fins, self.fins_out, self.fins_count = self.fins_out, {}, 0
+        if self.role != PRIMARY:
+            return
+        names = list(fins)
+        frame = wire.encode(
+            wire.FINS,
+            {"topic": self.name, "epoch": self.epoch, "channels": {n: len(fins[n]) for n in names}},
+            b"".join(b"".join(fins[n]) for n in names),
+        )
+        for node_id in list(self.members):
+            peer = self.repl.peer_by_id(node_id)
+            if peer is not None:
+                peer.send(frame)
+
+    def channel_created(self, name: str) -> None:
+        self.log.add_channel(name)
+        if self.role == PRIMARY:
+            self._send_members(wire.CHANNEL, {"op": "create", "channel": name})
+            self.repl.nsqd.lookup.notify(register(self.name, name), force=True)
+
+    def channel_deleted(self, name: str) -> None:
+        self.log.delete_channel(name)
+        if self.role == PRIMARY:
+            self._send_members(wire.CHANNEL, {"op": "delete", "channel": name})
+
+    def _send_members(self, kind: int, header: dict[str, Any]) -> None:
+        frame = wire.encode(kind, {"topic": self.name, "epoch": self.epoch, **header})
+        for node_id in list(self.members):
+            peer = self.repl.peer_by_id(node_id)
+            if peer is not None:
+                peer.send(frame)
+
+    # -- summaries ---------------------------------------------------------------------------
+
+    def summary(self) -> tuple[dict[str, Any], bytes]:
+        """What this node holds: every message ID, and per channel its finished IDs."""
+        names = list(self.log.finished)
+        header = {
+            "count": len(self.log.index),
+            "channels": {n: len(self.log.finished[n]) for n in names},
+        }
+        blob = b"".join(self.log.index) + b"".join(b"".join(self.log.finished[n]) for n in names)
+        return header, blob
+
+    @staticmethod
+    def parse_summary(
+        header: dict[str, Any], blob: bytes
+    ) -> tuple[set[bytes], dict[str, list[bytes]]]:
+        count = int(header.get("count", 0))
+        ids = {blob[i * 16 : i * 16 + 16] for i in range(count)}
+        pos = count * 16
+        fins: dict[str, list[bytes]] = {}
+        for name, n in (header.get("channels") or {}).items():
+            fins[str(name)] = [blob[pos + i * 16 : pos + i * 16 + 16] for i in range(int(n))]
+            pos += int(n) * 16
+        if pos != len(blob):
+            raise wire.WireError("bad summary")
+        return ids, fins
+
+    async def merge_from(self, peer: Peer, header: dict[str, Any], blob: bytes) -> bool:
+        """Adopt a peer's messages and FINs (a promise or a sync): union. False if the
+        bodies could not be fetched."""
+        ids, fins = self.parse_summary(header, blob)
+        self.flush()  # the totals streamed below must cover only what the log holds
+        dropped = self.log.dropped
+        missing = [i for i in ids if i not in self.log and i not in dropped]
+        if missing:
+            answer = await peer.ask(
+                wire.WANT,
+                {"topic": self.name},
+                b"".join(missing),
+                timeout=self.repl.nsqd.options.replication_ack_timeout,
+            )
+            if answer is None or answer[0] != wire.BODIES:
+                return False
+            written = self.log.append(decode_records(answer[2]))
+            if written and self.role == PRIMARY:
+                # Messages only the peer had: served, and sent to the other members.
+                records = decode_records(written)
+                self.accepted += len(records)
+                self.topic.deliver_records(records)
+                self._stream(written)
+        for name, done in fins.items():
+            if name not in self.log.finished:
+                self.log.finished[name] = set()
+            self.log.finish(name, done)
+        return True
+
+    # -- the topic's task --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Heartbeats, FIN batches, the lease and syncs as the primary; the failure detector
+        and elections as a replica. Ends with the topic."""
+        options = self.repl.nsqd.options
+        while not self.topic.exiting:
+            now = trio.current_time()
+            if self.role == PRIMARY:
+                self._primary_tick(now)
+            elif (
+                self.role == REPLICA
+                and self.lookup_done
+                and now - self.last_heard >= options.replication_failover_timeout
+                and now >= self.stand_after
+            ):
+                await self._stand()
+                continue
+            await trio.sleep(TICK)
+
+    def _primary_tick(self, now: float) -> None:
+        options = self.repl.nsqd.options
+        if now >= self.next_fins:
+            self.flush_fins()
+            self.next_fins = now + options.replication_fin_interval
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + options.replication_heartbeat_interval
+            frame = wire.encode(
+                wire.HEARTBEAT, {"topic": self.name, "epoch": self.epoch, "sent": now}
+            )
+            for peer in self.repl.peers:
+                peer.send(frame)
+        if not self.lease_valid(now) and options.replication_degraded == "refuse":
+            self.step_down(self.epoch, "lease expired: no quorum acknowledged its heartbeats")
+            return
+        for peer in self.repl.peers:
+            node_id = peer.node_id
+            if (
+                peer.connected
+                and node_id is not None
+                and node_id not in self.members
+                and node_id not in self.syncing
+            ):
+                self.syncing.add(node_id)
+                self.repl.spawn(self._sync, peer, self.epoch)
+        try:
+            if self.log.compact_if_needed():
+                pass
+        except OSError as err:
+            log.error("REPLICATION(%s): compaction failed - %s", self.name, err)
+
+    def lease_valid(self, now: float) -> bool:
+        options = self.repl.nsqd.options
+        need = self.quorum - 1
+        if need <= 0 or now - self.took_office < options.replication_lease:
+            return True
+        recent = sum(
+            1 for m in self.members.values() if now - m.hb_acked < options.replication_lease
+        )
+        return recent >= need
+
+    def heartbeat_acked(self, node_id: int, epoch: int, sent: float) -> None:
+        member = self.members.get(node_id)
+        if member is not None and epoch == self.epoch and sent > member.hb_acked:
+            member.hb_acked = sent
+
+    async def _sync(self, peer: Peer, epoch: int) -> None:
+        """Make `peer` a member of this epoch: its summary, union both ways, then the
+        stream."""
+        assert peer.node_id is not None
+        node_id = peer.node_id
+        try:
+            answer = await peer.ask(wire.SYNC, {"topic": self.name, "epoch": epoch})
+            if answer is None or self.role != PRIMARY or self.epoch != epoch:
+                return
+            kind, header, blob = answer
+            if kind == wire.REFUSE:
+                self.refused(int(header.get("epoch", 0)), f"node {node_id} refused the sync")
+                return
+            if kind != wire.SUMMARY:
+                return
+            theirs, _ = self.parse_summary(header, blob)
+            if not await self.merge_from(peer, header, blob):
+                return
+            if self.role != PRIMARY or self.epoch != epoch or not peer.connected:
+                return
+            self.flush()
+            lacking = [i for i in self.log.index if i not in theirs]
+            # What it holds that this node dropped as finished everywhere: finished for it.
+            obsolete = [i for i in theirs if i in self.log.dropped]
+            for name in self.log.finished:
+                peer.send(
+                    wire.encode(
+                        wire.CHANNEL,
+                        {"topic": self.name, "epoch": epoch, "op": "ensure", "channel": name},
+                    )
+                )
+            records = self.log.read(lacking)
+            frame = wire.encode(
+                wire.MSGS,
+                {"topic": self.name, "epoch": epoch, "total": self.accepted},
+                encode_records(records),
+            )
+            member = Member(acked=-1)
+            member.hb_acked = trio.current_time()
+            member.unacked.append((self.accepted, len(frame)))
+            self.members[node_id] = member
+            peer.send(frame)
+            names = list(self.log.finished)
+            fins = {n: [*self.log.finished[n], *obsolete] for n in names}
+            peer.send(
+                wire.encode(
+                    wire.FINS,
+                    {
+                        "topic": self.name,
+                        "epoch": epoch,
+                        "channels": {n: len(fins[n]) for n in names},
+                    },
+                    b"".join(b"".join(fins[n]) for n in names),
+                )
+            )
+            log.info(
+                "REPLICATION(%s): node %d joins epoch %s (%d messages sent to it)",
+                self.name,
+                node_id,
+                epoch_text(epoch),
+                len(records),
+            )
+        finally:
+            self.syncing.discard(node_id)
+
+    # -- elections ---------------------------------------------------------------------------
+
+    async def _stand(self) -> None:
+        """suspect: a pre-vote, then PREPARE in a new epoch, promises merged, take office."""
+        options = self.repl.nsqd.options
+        timeout = options.replication_failover_timeout
+        proposed = (self.epoch // NODE_BITS + 1) * NODE_BITS + self.node_id
+        connected = [p for p in self.repl.peers if p.connected]
+        yes = 1
+        if len(connected) + 1 >= self.quorum:
+            async with trio.open_nursery() as nursery:
+                votes: list[bool] = []
+
+                async def ask(peer: Peer) -> None:
+                    answer = await peer.ask(
+                        wire.PREVOTE, {"topic": self.name, "epoch": proposed}, timeout=timeout / 2
+                    )
+                    votes.append(bool(answer and answer[1].get("yes")))
+
+                for peer in connected:
+                    nursery.start_soon(ask, peer)
+            yes += sum(votes)
+        if yes < self.quorum or self.role != REPLICA or self.epoch >= proposed:
+            self._retry_later()
+            return
+        self.elections += 1
+        self.epoch = proposed
+        self.role = CANDIDATE
+        self.primary = None
+        await self.repl.persist(self.name)
+        log.info("REPLICATION(%s): standing in epoch %s", self.name, epoch_text(proposed))
+        promised = 1
+        async with trio.open_nursery() as nursery:
+            results: list[bool] = []
+
+            async def prepare(peer: Peer) -> None:
+                answer = await peer.ask(
+                    wire.PREPARE, {"topic": self.name, "epoch": proposed}, timeout=timeout
+                )
+                if answer is None or self.epoch != proposed or self.role != CANDIDATE:
+                    return
+                kind, header, blob = answer
+                if kind == wire.REFUSE:
+                    higher = int(header.get("epoch", 0))
+                    if higher > self.epoch:
+                        await self.adopt(higher, f"node {peer.node_id} promised a higher epoch")
+                    return
+                if kind == wire.PROMISE and await self.merge_from(peer, header, blob):
+                    results.append(True)
+
+            for peer in connected:
+                nursery.start_soon(prepare, peer)
+        promised += len(results)
+        if self.role == CANDIDATE and self.epoch == proposed and promised >= self.quorum:
+            self.take_office()
+        else:
+            if self.role == CANDIDATE:
+                self.role = REPLICA
+                self._fail_waiters()
+            self._retry_later()
+
+    def _retry_later(self) -> None:
+        # Stand again after a short random pause (a concurrent candidate goes first).
+        self.stand_after = trio.current_time() + random.uniform(0.1, 0.6)
+
+    def take_office(self) -> None:
+        self.flush()  # what waited in the outbox is in the log, served below
+        self.role = PRIMARY
+        self.primary = self.node_id
+        self.members.clear()
+        self.syncing.clear()
+        now = trio.current_time()
+        self.took_office = now
+        self.next_heartbeat = 0.0
+        self.failovers += 1
+        topic = self.topic
+        for name in list(self.log.finished):
+            if name not in topic.channels:
+                topic.get_channel(name)
+        for channel in topic.channels.values():
+            channel.empty()
+        topic.memory.clear()
+        topic.deferred.clear()
+        topic.backend.empty()
+        topic.deliver_records(list(self.log.records()))
+        lookup = self.repl.nsqd.lookup
+        lookup.hidden.discard(self.name)
+        if topic.channels:
+            for name in topic.channels:
+                lookup.notify(register(self.name, name), force=True)
+        else:
+            lookup.notify(register(self.name), force=True)
+        if self.lookup_done:
+            Topic.start(topic)
+        log.info(
+            "REPLICATION(%s): primary in epoch %s (%d messages in the log)",
+            self.name,
+            epoch_text(self.epoch),
+            len(self.log),
+        )
+
+    def step_down(self, epoch: int, why: str) -> None:
+        """Become a replica (of `epoch`, if higher): stop serving, close the consumers'
+        connections (they look the topic up again), fail the waiting PUBs."""
+        was = self.role
+        if epoch > self.epoch:
+            self.epoch = epoch
+        self.role = REPLICA
+        self.members.clear()
+        self.syncing.clear()
+        self.last_heard = trio.current_time()
+        self._fail_waiters()
+        if was != PRIMARY:
+            return
+        log.warning("REPLICATION(%s): stepping down (%s)", self.name, why)
+        self.fins_out, self.fins_count = {}, 0
+        topic = self.topic
+        topic.started = False
+        for channel in topic.channels.values():
+            for client in list(channel.clients):
+                client.close_connection()
+            channel.empty()
+        topic.memory.clear()
+        topic.deferred.clear()
+        topic.backend.empty()
+        lookup = self.repl.nsqd.lookup
+        lookup.hidden.add(self.name)
+        for name in topic.channels:
+            lookup.notify(unregister(self.name, name), force=True)
+        lookup.notify(unregister(self.name), force=True)
+
+    async def adopt(self, epoch: int, why: str) -> None:
+        """Meet a higher epoch: persist it, then be a replica of it."""
+        if epoch <= self.epoch and self.role == REPLICA:
+            return
+        self.step_down(epoch, why)
+        await self.repl.persist(self.name)
+
+    def refused(self, epoch: int, why: str) -> None:
+        """A member refused this primary's stream with a higher epoch."""
+        if epoch > self.epoch:
+            self.step_down(epoch, why)
+            self.repl.persist_soon(self.name)
+
+    # -- requests from the other members ----------------------------------------------------
+
+    def heard(self, sender: int) -> None:
+        self.primary = sender
+        self.last_heard = trio.current_time()
+        if self.waiters and self.role == REPLICA:
+            self._fail_waiters()  # PUBs held here: another node leads, answer them now
+
+    def refuse(self, rid: Any = None) -> bytes:
+        header: dict[str, Any] = {"topic": self.name, "epoch": self.epoch}
+        if rid is not None:
+            header["rid"] = rid
+        return wire.encode(wire.REFUSE, header)
+
+    async def on_heartbeat(self, sender: int, header: dict[str, Any]) -> list[bytes]:
+        epoch = int(header["epoch"])
+        if epoch < self.epoch:
+            return [self.refuse()]
+        if epoch > self.epoch or self.role != REPLICA:
+            await self.adopt(epoch, f"node {sender} leads epoch {epoch_text(epoch)}")
+        self.heard(sender)
+        return [
+            wire.encode(
+                wire.HEARTBEAT_ACK,
+                {"topic": self.name, "epoch": epoch, "sent": header.get("sent", 0)},
+            )
+        ]
+
+    def on_msgs(self, sender: int, header: dict[str, Any], blob: bytes) -> list[bytes]:
+        epoch = int(header["epoch"])
+        if epoch < self.epoch:
+            return [self.refuse()]
+        if epoch > self.epoch or self.role != REPLICA:
+            return []  # not synced into that epoch yet: the primary syncs it first
+        try:
+            self.log.append_encoded(blob)
+        except ValueError as err:
+            raise wire.WireError(f"bad MSGS - {err}") from None
+        self.heard(sender)
+        return [
+            wire.encode(
+                wire.ACK, {"topic": self.name, "epoch": epoch, "total": int(header["total"])}
+            )
+        ]
+
+    def on_fins(self, sender: int, header: dict[str, Any], blob: bytes) -> list[bytes]:
+        epoch = int(header["epoch"])
+        if epoch != self.epoch or self.role != REPLICA:
+            return [self.refuse()] if epoch < self.epoch else []
+        pos = 0
+        for name, n in (header.get("channels") or {}).items():
+            count = int(n)
+            ids = [blob[pos + i * 16 : pos + i * 16 + 16] for i in range(count)]
+            pos += count * 16
+            if str(name) not in self.log.finished:
+                self.log.finished[str(name)] = set()
+            self.log.finish(str(name), ids)
+        self.heard(sender)
+        return []
+
+    def on_channel(self, sender: int, header: dict[str, Any]) -> list[bytes]:
+        epoch = int(header["epoch"])
+        if epoch != self.epoch or self.role != REPLICA:
+            return [self.refuse()] if epoch < self.epoch else []
+        name = str(header.get("channel", ""))
+        op = header.get("op")
+        topic = self.topic
+        if op == "create":
+            self.log.add_channel(name)
+            topic.get_channel(name)
+        elif op == "ensure":
+            if name not in self.log.finished:
+                self.log.finished[name] = set()
+                self.log.finish(name, ())
+            if name not in topic.channels:
+                topic.get_channel(name)
+        elif op == "delete":
+            if name in topic.channels:
+                topic.delete_channel(name)
+            self.log.delete_channel(name)
+        self.heard(sender)
+        return []
+
+    def _may_promise(self, epoch: int) -> bool:
+        now = trio.current_time()
+        timeout = self.repl.nsqd.options.replication_failover_timeout
+        if epoch <= self.epoch:
+            return False
+        if self.role == PRIMARY:
+            return not self.lease_valid(now)
+        if self.role == REPLICA:
+            return now - self.last_heard >= timeout or self.primary is None
+        return True  # a candidate yields to a higher ballot
+
+    def on_prevote(self, sender: int, header: dict[str, Any]) -> list[bytes]:
+        yes = self._may_promise(int(header["epoch"]))
+        return [
+            wire.encode(
+                wire.PREVOTE_REPLY, {"topic": self.name, "yes": yes, "rid": header.get("rid")}
+            )
+        ]
+
+    async def on_prepare(self, sender: int, header: dict[str, Any]) -> list[bytes]:
+        epoch = int(header["epoch"])
+        rid = header.get("rid")
+        if not self._may_promise(epoch):
+            if epoch <= self.epoch:
+                return [self.refuse(rid)]
+            return [wire.encode(wire.REFUSE, {"topic": self.name, "epoch": 0, "rid": rid})]
+        self.step_down(epoch, f"promised epoch {epoch_text(epoch)} to node {sender}")
+        self.primary = None
+        await self.repl.persist(self.name)
+        summary, blob = self.summary()
+        return [wire.encode(wire.PROMISE, {**summary, "topic": self.name, "rid": rid}, blob)]
+
+    async def on_sync(self, sender: int, header: dict[str, Any]) -> list[bytes]:
+        epoch = int(header["epoch"])
+        rid = header.get("rid")
+        if epoch < self.epoch:
+            return [self.refuse(rid)]
+        if epoch > self.epoch or self.role != REPLICA:
+            await self.adopt(epoch, f"node {sender} leads epoch {epoch_text(epoch)}")
+        self.heard(sender)
+        summary, blob = self.summary()
+        return [wire.encode(wire.SUMMARY, {**summary, "topic": self.name, "rid": rid}, blob)]
+
+    def on_want(self, header: dict[str, Any], blob: bytes) -> list[bytes]:
+        ids = [blob[i : i + 16] for i in range(0, len(blob) - len(blob) % 16, 16)]
+        records = self.log.read(ids)
+        return [
+            wire.encode(
+                wire.BODIES, {"topic": self.name, "rid": header.get("rid")}, encode_records(records)
+            )
+        ]
+
+    # -- observability ----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        members = []
+        for peer in self.repl.peers:
+            member = self.members.get(peer.node_id) if peer.node_id is not None else None
+            lag = self.accepted - member.acked if member is not None and member.acked >= 0 else None
+            members.append(
+                {
+                    "address": peer.address,
+                    "node_id": peer.node_id,
+                    "connected": peer.connected,
+                    "member": member is not None,
+                    "lag_messages": lag if self.role == PRIMARY else None,
+                    "lag_bytes": member.unacked_bytes if member is not None else None,
+                }
+            )
+        return {
+            "role": self.role,
+            "epoch": self.epoch,
+            "epoch_text": epoch_text(self.epoch),
+            "primary": self.repl.address_of(self.primary),
+            "members": members,
+            "log_messages": len(self.log),
+            "under_replicated": self.under_replicated,
+            "failovers": self.failovers,
+        }

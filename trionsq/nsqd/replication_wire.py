@@ -1,0 +1,147 @@
+"""The replication connection between members (docs/replication.md section 6): the IDENTIFY
+key that turns a V2 connection into one (with its HMAC), and the frames that follow it,
+``[4-byte size][1-byte type][2-byte header length][JSON header][binary blob]``.
+
+The dialler sends requests on its connection; the answers come back on it. This module owns
+only the encoding; what the frames mean is `replication.py`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import struct
+from typing import Any
+
+import trio
+
+VERSION = 1
+#: The largest frame accepted (a summary of a large log or a batch of catch-up messages).
+MAX_FRAME = 256 * 1024 * 1024
+
+# Requests (dialler -> peer) and their answers (peer -> dialler).
+HEARTBEAT, HEARTBEAT_ACK = 1, 2
+MSGS, ACK = 3, 4
+FINS = 5
+CHANNEL = 6
+PREVOTE, PREVOTE_REPLY = 7, 8
+PREPARE, PROMISE = 9, 10
+REFUSE = 11
+SYNC, SUMMARY = 12, 13
+WANT, BODIES = 14, 15
+NAMES = {
+    value: name
+    for name, value in globals().items()
+    if name.isupper() and isinstance(value, int) and 0 < value < 32
+}
+
+_SIZE = struct.Struct(">I")
+_HEAD = struct.Struct(">IBH")
+
+
+class WireError(Exception):
+    """A peer broke the replication protocol (the connection closes)."""
+
+
+def encode(kind: int, header: dict[str, Any], blob: bytes = b"") -> bytes:
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    return _HEAD.pack(1 + 2 + len(raw) + len(blob), kind, len(raw)) + raw + blob
+
+
+class FrameReader:
+    """Frames from a stream: `await next()` -> (type, header, blob)."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+
+    async def _fill(self, count: int) -> None:
+        while len(self.buffer) < count:
+            chunk = await self.stream.receive_some(max(65536, count - len(self.buffer)))
+            if not chunk:
+                raise trio.BrokenResourceError("connection closed by peer")
+            self.buffer += chunk
+
+    def ready(self) -> bool:
+        """A whole frame is buffered."""
+        if len(self.buffer) < 4:
+            return False
+        size: int = _SIZE.unpack_from(self.buffer, 0)[0]
+        return len(self.buffer) >= 4 + size
+
+    async def next(self) -> tuple[int, dict[str, Any], bytes]:
+        await self._fill(4)
+        size = _SIZE.unpack_from(self.buffer, 0)[0]
+        if size < 3 or size > MAX_FRAME:
+            raise WireError(f"bad frame size {size}")
+        await self._fill(4 + size)
+        kind = self.buffer[4]
+        header_len = struct.unpack_from(">H", self.buffer, 5)[0]
+        if 3 + header_len > size:
+            raise WireError("bad header length")
+        try:
+            header = json.loads(bytes(self.buffer[7 : 7 + header_len]))
+        except ValueError as err:
+            raise WireError(f"bad header - {err}") from None
+        if not isinstance(header, dict):
+            raise WireError("bad header")
+        blob = bytes(self.buffer[7 + header_len : 4 + size])
+        del self.buffer[: 4 + size]
+        return kind, header, blob
+
+
+# -- the handshake ----------------------------------------------------------------------------
+
+
+def _mac(secret: str, text: str) -> str:
+    return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def identify_key(secret: str, node_id: int) -> dict[str, Any]:
+    """The ``replication`` key of the dialler's IDENTIFY."""
+    nonce = secrets.token_hex(16)
+    return {
+        "version": VERSION,
+        "node_id": node_id,
+        "nonce": nonce,
+        "hmac": _mac(secret, f"dial:{node_id}:{nonce}"),
+    }
+
+
+def check_identify_key(secret: str, node_id: int, raw: Any) -> tuple[int, dict[str, Any]]:
+    """Check a dialler's key; returns its node ID and the key of the reply. Raises
+    WireError (the connection is refused with E_IDENTIFY_FAILED)."""
+    if not isinstance(raw, dict) or raw.get("version") != VERSION:
+        raise WireError("unsupported replication version")
+    peer = raw.get("node_id")
+    nonce = raw.get("nonce")
+    if not isinstance(peer, int) or not isinstance(nonce, str):
+        raise WireError("bad replication key")
+    if not hmac.compare_digest(str(raw.get("hmac")), _mac(secret, f"dial:{peer}:{nonce}")):
+        raise WireError("replication secret mismatch")
+    if peer == node_id:
+        raise WireError(f"peer has this node's --node-id {node_id}")
+    reply = {
+        "version": VERSION,
+        "node_id": node_id,
+        "hmac": _mac(secret, f"answer:{node_id}:{nonce}"),
+    }
+    return peer, reply
+
+
+def check_reply_key(secret: str, sent: dict[str, Any], raw: Any, node_id: int) -> int:
+    """Check the IDENTIFY reply's key (absent: the peer is not a trionsq member, e.g. Go
+    nsqd); returns the peer's node ID."""
+    if not isinstance(raw, dict):
+        raise WireError("the peer does not replicate (no replication key in its IDENTIFY reply)")
+    peer = raw.get("node_id")
+    if not isinstance(peer, int):
+        raise WireError("bad replication reply")
+    expected = _mac(secret, f"answer:{peer}:{sent['nonce']}")
+    if not hmac.compare_digest(str(raw.get("hmac")), expected):
+        raise WireError("replication secret mismatch")
+    if peer == node_id:
+        raise WireError(f"peer has this node's --node-id {node_id}")
+    return peer
