@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import socket
 import statistics
 import struct
 import subprocess
@@ -36,22 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from trionsq.protocol import MAGIC_V2, mpub, pub  # noqa: E402
-from trionsq.testing import DaemonProcess, pythonpath_env  # noqa: E402
+from trionsq.testing import DaemonProcess, free_ports, pythonpath_env  # noqa: E402
 
 TOPIC = "bench"
 _HEAD = struct.Struct(">Ii")
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports nothing listens on (all bound at once, then released)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 async def _publisher(

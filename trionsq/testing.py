@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -157,3 +158,16 @@ def pythonpath_env() -> dict[str, str]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports nothing listens on at 127.0.0.1 (all bound at once, then
+    released), for daemons that must know their ports before they start."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from trionsq.nsqd.options import NSQDOptions
 from trionsq.nsqd.replication_log import ReplicationLog
 from trionsq.nsqd.replication_topic import ReplicatedTopic
 from trionsq.protocol import fin, pub, rdy, sub
+from trionsq.testing import free_ports
 
 SECRET = "s3cret"
 FAST = {
@@ -34,18 +34,6 @@ FAST = {
     "replication_fin_interval": 0.05,
     "replication_ack_timeout": 3.0,
 }
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports nothing listens on (all bound at once, then released)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class Cluster:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +28,7 @@ import pytest
 
 from tests.conformance.nsq_conn import ConnectionClosed, NSQConn
 from trionsq.protocol import FRAME_TYPE_RESPONSE, mpub, pub
-from trionsq.testing import DaemonProcess, pythonpath_env
+from trionsq.testing import DaemonProcess, free_ports, pythonpath_env
 
 CLIENTS = Path(__file__).parent / "clients"
 TOPIC = "rk"
@@ -40,18 +39,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "trial" in metafunc.fixturenames:
         trials = metafunc.config.getoption("replication_trials")
         metafunc.parametrize("trial", range(trials))
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports nothing listens on (all bound at once, then released)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class Member:
