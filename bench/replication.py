@@ -2,7 +2,8 @@
 
 - publish throughput and publish->OK latency (p50, p99) of a replicated topic against the same
   publishers on an unreplicated nsqd (default flags, and --mem-queue-size=0: every message
-  through the disk, as a replicated topic's are), with 2 and 3 members on this machine;
+  through the disk, as a replicated topic's are), with 2 and 3 members on this machine, and
+  the CPU time each process spends per message (primary, replicas, publishers);
 - with ``--failover N``: N kill -9 trials of tests/integration/test_replication_kill.py
   (default settings: 3 s failover timeout), reporting the time from the kill to the first
   delivery by another member and the messages delivered twice per failover.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import struct
@@ -72,23 +74,40 @@ async def _publisher(
 
 
 async def _publish(
-    address: tuple[str, int], conns: int, runfor: float, batch: int = 1
+    address: tuple[str, int], conns: int, runfor: float, batch: int, pids: list[int]
 ) -> dict[str, float]:
+    """Publish for `runfor` seconds; the rate, the latencies, and the CPU time each of `pids`
+    (the primary, then the other members) and this process spent per message meanwhile
+    (which varies far less with the machine's load than the rates do)."""
     latencies: list[float] = []
     body = b"x" * 100
     # Warm up (the first PUB creates the topic and, replicated, elects its primary).
     await _publisher(address, trio.current_time() + 1.0, [], body)
+    pids = [*pids, os.getpid()]
+    before = [_cpu_seconds(pid) for pid in pids]
     until = trio.current_time() + runfor
     async with trio.open_nursery() as nursery:
         for _ in range(conns):
             nursery.start_soon(_publisher, address, until, latencies, body, batch)
+    spent = [_cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
     latencies.sort()
     n = len(latencies)
+    messages = n * batch
     return {
-        "msgs_per_s": n * batch / runfor,
+        "msgs_per_s": messages / runfor,
         "p50_us": latencies[n // 2] * 1e6,
         "p99_us": latencies[min(n - 1, int(n * 0.99))] * 1e6,
+        "cpu_us_primary": spent[0] / messages * 1e6,
+        "cpu_us_replicas": sum(spent[1:-1]) / messages * 1e6,
+        "cpu_us_client": spent[-1] / messages * 1e6,
     }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cluster(size: int, root: Path, extra: list[str]) -> list[DaemonProcess]:
@@ -145,7 +164,12 @@ def publish_figures(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                     _wait_connected(daemons)
                 try:
                     run = trio.run(
-                        _publish, daemons[0].tcp_address, args.conns, args.runfor, args.batch
+                        _publish,
+                        daemons[0].tcp_address,
+                        args.conns,
+                        args.runfor,
+                        args.batch,
+                        [d.proc.pid for d in daemons],
                     )
                 finally:
                     for daemon in daemons:
@@ -203,7 +227,10 @@ def main() -> int:
             print(
                 f"{name:34s} {figures['msgs_per_s']:9,.0f} msgs/s "
                 f"({figures['msgs_per_s'] / base['msgs_per_s']:.2f}x)  "
-                f"ack p50 {figures['p50_us']:8,.0f} µs  p99 {figures['p99_us']:8,.0f} µs"
+                f"ack p50 {figures['p50_us']:8,.0f} µs  p99 {figures['p99_us']:8,.0f} µs  "
+                f"CPU µs/msg: primary {figures['cpu_us_primary']:.1f}, "
+                f"replicas {figures['cpu_us_replicas']:.1f}, "
+                f"publishers {figures['cpu_us_client']:.1f}"
             )
     if args.failover:
         figures = failover_figures(args.failover)

@@ -522,3 +522,98 @@ async def test_unreplicated_publish_does_not_wait_for_a_replicated_topic(tmp_pat
         with trio.fail_after(1.0):
             assert await publish(n1, "plain", [b"b"]) == [b"b"]
         cluster.stop()
+
+
+async def test_answers_of_a_held_publish_stay_in_order(tmp_path: Path) -> None:
+    """A PUB waits for a quorum while the connection reads on (its answers are held, not its
+    task): a command read meanwhile is answered after the PUB's OK, never before."""
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(
+            nursery,
+            tmp_path,
+            replication_lease=5.0,
+            replication_failover_timeout=6.0,
+            replication_ack_timeout=5.0,
+        )
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert await publish(n1, "rt", [b"first"]) == [b"first"]
+        cluster.crash(1)
+        cluster.crash(2)
+        conn = await Conn.open(n1)
+        await conn.send(pub("rt", b"held"))
+        await trio.sleep(0.2)  # no quorum: the OK is held
+        await conn.send(b"NOPE\n")  # read while the OK is held
+        await trio.sleep(0.2)
+        await cluster.start(1)  # a member again: the PUB reaches a quorum
+        assert await conn.frame() == (0, b"OK")
+        frame_type, data = await conn.frame()
+        assert frame_type == 1 and data.startswith(b"E_INVALID")
+        await conn.aclose()
+        cluster.stop()
+
+
+async def test_pipelined_publishes_are_all_answered(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path)
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert await publish(n1, "rt", [b"warm"]) == [b"warm"]
+        conn = await Conn.open(n1)
+        for i in range(40):
+            await conn.send(pub("rt", b"p%d" % i) + (b"" if i % 3 else pub("plain", b"x")))
+        answers = [await conn.frame() for _ in range(40 + 14)]
+        assert answers == [(0, b"OK")] * 54
+        await conn.aclose()
+        replica_logs = [len(n.topics["rt"].replica.log) for n in cluster.live()[1:]]
+        assert max(replica_logs) == 41
+        cluster.stop()
+
+
+async def test_publish_without_a_quorum_in_time_fails_and_closes(tmp_path: Path) -> None:
+    """--replication-ack-timeout, checked while the primary still holds its lease."""
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(
+            nursery,
+            tmp_path,
+            replication_lease=5.0,
+            replication_failover_timeout=6.0,
+            replication_ack_timeout=0.3,
+        )
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert await publish(n1, "rt", [b"one"]) == [b"one"]
+        cluster.crash(1)
+        cluster.crash(2)
+        conn = await Conn.open(n1)
+        await conn.send(pub("rt", b"two"))
+        with trio.fail_after(2.0):
+            frame_type, data = await conn.frame()
+            assert frame_type == 1 and data.startswith(b"E_PUB_FAILED")
+            with pytest.raises(EOFError):
+                await conn.frame()
+        assert cluster.role(0, "rt") == "primary"  # the lease, not the timeout, ends a term
+        cluster.stop()
+
+
+async def test_a_half_closed_publisher_gets_its_ok(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path)
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert await publish(n1, "rt", [b"warm"]) == [b"warm"]
+        host, port = cluster.addresses[0].split(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(b"  V2" + pub("rt", b"last words"))
+        await stream.send_eof()
+        received = b""
+        with trio.fail_after(5.0):
+            while chunk := await stream.receive_some(1024):
+                received += chunk
+        assert received.startswith(b"\x00\x00\x00\x06\x00\x00\x00\x00OK")
+        await stream.aclose()
+        cluster.stop()

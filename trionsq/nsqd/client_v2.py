@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from .auth import AuthState
     from .channel import Channel
     from .nsqd import NSQD
+    from .replication_acks import HeldAnswers
+    from .replication_topic import TopicReplica
     from .topic import Topic
 
 #: `ClientV2.irregular` until SUB: nothing can be in flight before. Immutable, so that a use
@@ -64,6 +66,7 @@ class ClientV2:
         "deflate",
         "finish_count",
         "heartbeat_interval",
+        "held",
         "holding",
         "hostname",
         "id",
@@ -77,6 +80,7 @@ class ClientV2:
         "out",
         "output_buffer_size",
         "output_buffer_timeout",
+        "owed",
         "pub_counts",
         "pump_later",
         "pump_scope",
@@ -127,6 +131,11 @@ class ClientV2:
         #: Topics this read batch published to, moved on to their channels once answered.
         self.pump_later: list[Topic] = []
         self.holding = False
+        #: Replication: the answers held for a quorum (replication_acks.HeldAnswers).
+        self.held: HeldAnswers | None = None
+        #: Replication: the replicated topics this read batch published to, and the stream
+        #: position each had reached then (what its answers wait for).
+        self.owed: dict[TopicReplica, int] | None = None
         # Made when a task first waits for another's send (`drain`).
         self.send_done: trio.lowlevel.ParkingLot | None = None
         # A `PumpStarter` until the message pump runs (heartbeats.py), then the pump's wake-up.

@@ -376,8 +376,11 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
     except QueueFull:
         # A full bounded queue (bounds.py): retry later, like any 503.
         raise HTTPError(503, "QUEUE_FULL") from None
-    if nsqd.hold_acks and not await nsqd.wait_durable():
-        raise HTTPError(503, "EXITING")
+    if nsqd.hold_acks:
+        replica = getattr(topic, "replica", None)
+        owed = None if replica is None else {replica: replica.accepted}
+        if not await nsqd.wait_durable(owed):
+            raise HTTPError(503, "EXITING")
 
 
 def _limits_from_query(

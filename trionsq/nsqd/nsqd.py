@@ -32,7 +32,7 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -59,11 +59,15 @@ from .memory_trim import MemoryTrimmer
 from .options import NSQDOptions
 from .protocol_v2 import handle_connection
 from .replication import Replication
+from .replication_acks import wait_replicated
 from .stats import snapshot
 from .statsd import statsd_loop
 from .topic import Topic
 from .transport import build_server_context
 from .wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from .replication_topic import TopicReplica
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -169,17 +173,25 @@ class NSQD:
             return 0
         return self.options.mem_queue_size
 
-    async def wait_durable(self) -> bool:
+    async def wait_durable(self, owed: dict[TopicReplica, int] | None = None) -> bool:
         """--sync-ack: wait until every message accepted so far is fsynced, and nsqd.dat
-        names its topic and channels; False if the disk failed to make it so."""
+        names its topic and channels; replication: until the replicated topics of `owed`
+        have on a quorum what they had accepted then. False if the disk failed to make it
+        so, or no quorum had it in time."""
         ok = True
         if self.options.sync_ack:
             ok = await self.disk_syncer.wait_durable()
             if self.metadata.pending:
                 ok = await self.metadata.flush() and ok
-        if self.replication is not None:
-            ok = await self.replication.wait_replicated() and ok
+        if owed:
+            ok = await wait_replicated(owed) and ok
         return ok
+
+    def hold_answers(self, client: ClientV2) -> None:
+        """Replication without --sync-ack: the connection's answers wait for a quorum
+        while its task reads on (replication_acks.HeldAnswers)."""
+        assert self.replication is not None
+        self.replication.hold_answers(client)
 
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)

@@ -34,6 +34,7 @@ from .bounds import QueueFull
 from .channel import ChannelError
 from .client_v2 import STATE_DISCONNECTED, ClientV2
 from .heartbeats import stop_pump
+from .replication_acks import NOT_DURABLE
 from .replication_wire import WireError as ReplicationWireError
 from .socket_stream import DirectSocketStream
 from .topic import TopicExiting
@@ -168,6 +169,10 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
     with read_deadline:
         while True:
             if data:
+                held = client.held
+                if held is not None and not await held.wait():
+                    await _close_after_error(client)
+                    return
                 parser.feed(data)
                 data = b""  # the parser keeps what it needs: hold no read while waiting
                 fatal = False
@@ -211,8 +216,15 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                         # The rest of this read is dropped, as Go's bufio reader is replaced.
                         upgrade = granted.result
                         break
-                if client.unsynced_publish and not await _wait_durable(nsqd, client):
-                    return
+                if client.unsynced_publish:
+                    if nsqd.options.sync_ack or fatal or upgrade is not None:
+                        if not await _wait_durable(nsqd, client):
+                            return
+                    else:
+                        # Replication: the answers are sent once a quorum has the messages,
+                        # by the task that sees it; this one reads on.
+                        client.unsynced_publish = False
+                        nsqd.hold_answers(client)
                 if fatal:
                     await _close_after_error(client)
                     return
@@ -251,6 +263,9 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                 )
                 return
             if not data:
+                held = client.held
+                if held is not None and await held.wait():
+                    await client.flush()  # a half-closed publisher still reads its OK
                 await _answer_cut_short(client, parser)
                 return
             if type(data) is not bytes:
@@ -269,19 +284,15 @@ async def _wait_durable(nsqd: NSQD, client: ClientV2) -> bool:
     closes (the publisher sees no OK, and publishes again)."""
     client.unsynced_publish = False
     client.holding = True
+    owed, client.owed = client.owed, None
     try:
-        durable = await nsqd.wait_durable()
+        durable = await nsqd.wait_durable(owed)
     finally:
         client.holding = False
     if durable:
         return True
-    err = ProtocolError(
-        E.E_PUB_FAILED,
-        "PUB failed to make the message durable (fsync failed, or not written by a quorum of "
-        "replicas)",
-    )
-    log.error("[%s] - %s", client.remote_address, err)
-    client.out = bytearray(encode_error(err.body))
+    log.error("[%s] - %s", client.remote_address, NOT_DURABLE)
+    client.out = bytearray(encode_error(NOT_DURABLE.body))
     await _close_after_error(client)
     return False
 
@@ -809,6 +820,13 @@ def _publish(
     client.out += OK_FRAME
     if nsqd.hold_acks:
         client.unsynced_publish = True
+        replica = getattr(topic, "replica", None)
+        if replica is not None:
+            # Replicated: the OK waits for a quorum to have the messages accepted so far.
+            owed = client.owed
+            if owed is None:
+                owed = client.owed = {}
+            owed[replica] = replica.accepted
 
 
 def _pub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ import trio
 from ..protocol.names import is_ephemeral
 from . import replication_wire as wire
 from .backend import Backend
+from .replication_acks import HeldAnswers
 from .replication_log import fsync_handles
 from .replication_peer import Peer, serve_inbound
 from .replication_topic import ReplicatedTopic, TopicReplica
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from .nsqd import NSQD
 
 log = logging.getLogger("trionsq.nsqd")
+
+#: How often waiting publishers are checked against --replication-ack-timeout.
+EXPIRY_TICK = 0.05
 
 
 class Replication:
@@ -56,10 +59,6 @@ class Replication:
         self.loading = False
         self._nursery: trio.Nursery | None = None
         self._inbound: dict[int, int] = {}  # client id -> peer node id
-        #: Per task: the replicated topics it published to and their stream positions then.
-        self._owed: weakref.WeakKeyDictionary[trio.lowlevel.Task, dict[TopicReplica, int]] = (
-            weakref.WeakKeyDictionary()
-        )
 
     # -- which topics -----------------------------------------------------------------------
 
@@ -130,6 +129,7 @@ class Replication:
             for peer in self.peers:
                 nursery.start_soon(peer.run, name=f"replication-peer:{peer.address}")
             nursery.start_soon(self._sync_loop, name="replication-log-sync")
+            nursery.start_soon(self._expire_loop, name="replication-ack-timeouts")
             task_status.started()
             await trio.sleep_forever()
 
@@ -143,6 +143,14 @@ class Replication:
                 except OSError as err:
                     log.error("REPLICATION(%s): fsync failed - %s", replica.name, err)
 
+    async def _expire_loop(self) -> None:
+        """--replication-ack-timeout: fail the publishers that waited longer."""
+        while True:
+            await trio.sleep(EXPIRY_TICK)
+            now = trio.current_time()
+            for replica in self.replicas():
+                replica.waiters.expire(now)
+
     async def persist(self, topic: str) -> None:
         """Write nsqd.dat with the topic's epoch before going on (a promise is kept across
         a crash)."""
@@ -152,24 +160,18 @@ class Replication:
     def persist_soon(self, topic: str) -> None:
         self.nsqd.persist_metadata(topic)
 
-    def owe(self, replica: TopicReplica) -> None:
-        """The current task (a connection's command loop, an HTTP handler) published to a
-        replicated topic: its `wait_replicated` waits for the topic's stream position now."""
-        owed = self._owed.get(trio.lowlevel.current_task())
-        if owed is None:
-            owed = self._owed[trio.lowlevel.current_task()] = {}
-        owed[replica] = replica.accepted
-
-    async def wait_replicated(self) -> bool:
-        """PUB's OK: what the current task published to replicated topics is on a quorum
-        (publishes to other topics never wait for replication)."""
-        owed = self._owed.pop(trio.lowlevel.current_task(), None)
+    def hold_answers(self, client: ClientV2) -> None:
+        """PUB's OK, on a connection: its answers stay in its output buffer until the
+        replicated topics its read batch published to have the messages on a quorum, and
+        are sent from the task that sees the quorum (`HeldAnswers`); the connection's task
+        reads on meanwhile."""
+        owed, client.owed = client.owed, None
         if not owed:
-            return True
-        ok = True
+            return
+        held = HeldAnswers(client, len(owed))
         for replica, target in owed.items():
-            ok = await replica.wait_replicated(target) and ok
-        return ok
+            if not replica.wait_for(target, held):
+                held.done(True)
 
     # -- the wire ---------------------------------------------------------------------------
 

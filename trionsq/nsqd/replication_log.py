@@ -13,8 +13,9 @@ when it died comes back whichever role it had. A torn record at the log's end (a
 a write) is cut off at load. When more records are finished by every channel than are live,
 the log is rewritten without them (and the FIN files without their IDs).
 
-Memory: an index entry (ID, offset, length) per live record and the finished IDs; the bodies
-stay on disk and are read back at takeover and for a peer that lacks them.
+Memory: the finished IDs, nothing per message published (the publish and stream paths append
+without indexing); which IDs the log holds, and their bodies, are read back from disk (a scan
+of the log) for a summary, a merge, a peer that lacks them, a takeover and a compaction.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from ..protocol.message import FRAMED_BODY_OFFSET, framed_id
 
@@ -43,6 +44,79 @@ Record = tuple[int, bytes]
 
 def encode_records(records: Iterable[Record]) -> bytes:
     return b"".join(_HEAD.pack(len(frame) + 8, due) + frame for due, frame in records)
+
+
+def _encode_frames(frames: list[bytes], due: int) -> bytes:
+    pack = _HEAD.pack
+    return b"".join([pack(len(frame) + 8, due) + frame for frame in frames])
+
+
+def _count_log_records(data: bytes, min_length: int) -> tuple[int, int]:
+    unpack = _HEAD.unpack_from
+    count = 0
+    pos, end = 0, len(data)
+    while end - pos >= _HEAD.size:
+        length = unpack(data, pos)[0]
+        if length < min_length or pos + 4 + length > end:
+            break
+        pos += 4 + length
+        count += 1
+    return count, pos
+
+
+EncodeFrames = Callable[[list[bytes], int], bytes]
+CountRecords = Callable[[bytes, int], tuple[int, int]]
+#: The compiled loops (trionsq/protocol/_speedups.c), None where it was not built.
+COMPILED_ENCODE_FRAMES: EncodeFrames | None = None
+COMPILED_COUNT_RECORDS: CountRecords | None = None
+try:
+    from ..protocol._speedups import count_log_records as COMPILED_COUNT_RECORDS
+    from ..protocol._speedups import encode_log_records as COMPILED_ENCODE_FRAMES
+except ImportError:  # not built: the Python loops above
+    pass
+_encode: EncodeFrames = _encode_frames
+_count: CountRecords = _count_log_records
+
+
+def use_compiled_loops(compiled: bool) -> None:
+    """Use the compiled loops (when built) or the Python ones (the reference: tests run
+    both)."""
+    global _encode, _count
+    _encode = (compiled and COMPILED_ENCODE_FRAMES) or _encode_frames
+    _count = (compiled and COMPILED_COUNT_RECORDS) or _count_log_records
+
+
+use_compiled_loops(not os.environ.get("TRIONSQ_PURE_PYTHON"))
+
+
+def encode_frames(frames: list[bytes], due: int) -> bytes:
+    """The records of message frames, all with the due time `due`."""
+    return _encode(frames, due)
+
+
+def count_records(data: bytes) -> int:
+    """How many records `data` holds (encoded by `encode_records`); raises ValueError on a
+    malformed or torn one."""
+    count, pos = _count(data, 8 + FRAMED_BODY_OFFSET)
+    if pos != len(data):
+        raise ValueError("bad record length")
+    return count
+
+
+def scan_ids(data: bytes) -> tuple[list[bytes], int]:
+    """The message IDs of the whole records at the head of `data` (encoded by
+    `encode_records`), and where they end: at a torn or malformed record, or the end."""
+    unpack = _HEAD.unpack_from
+    id_at = 12 + FRAMED_BODY_OFFSET - 16
+    ids: list[bytes] = []
+    pos, end = 0, len(data)
+    while pos + _HEAD.size <= end:
+        length = unpack(data, pos)[0]
+        if length < 8 + FRAMED_BODY_OFFSET or pos + 4 + length > end:
+            break
+        ids.append(data[pos + id_at : pos + id_at + 16])
+        pos += 4 + length
+    return ids, pos
 
 
 def decode_records(data: bytes | memoryview) -> list[Record]:
@@ -78,10 +152,12 @@ class ReplicationLog:
         self.data_path = data_path
         self.topic = topic
         self.path = os.path.join(data_path, topic + LOG_SUFFIX)
-        #: message ID -> (offset of its record, record length)
-        self.index: dict[bytes, tuple[int, int]] = {}
+        #: Records in the log (which IDs they hold only the file says: `ids` scans it).
+        self.count = 0
         #: channel -> the IDs of the log it has finished
         self.finished: dict[str, set[bytes]] = {}
+        #: channel -> finished IDs not yet appended to its FIN file (`write_fins`)
+        self._fins_unwritten: dict[str, list[bytes]] = {}
         self._fin_fds: dict[str, int] = {}
         self.dead = 0
         self.bytes = 0
@@ -99,20 +175,15 @@ class ReplicationLog:
                 data = f.read()
         except FileNotFoundError:
             data = b""
-        pos = 0
-        while pos + _HEAD.size <= len(data):
-            length, _ = _HEAD.unpack_from(data, pos)
-            if length < 8 + FRAMED_BODY_OFFSET or pos + 4 + length > len(data):
-                break
-            frame_id = data[pos + 12 + FRAMED_BODY_OFFSET - 16 : pos + 12 + FRAMED_BODY_OFFSET]
-            self.index[frame_id] = (pos, 4 + length)
-            pos += 4 + length
+        ids, pos = scan_ids(data)
         if pos < len(data):
             log.warning(
                 "REPLICATION(%s): cutting %d torn bytes off the log", self.topic, len(data) - pos
             )
             os.truncate(self.path, pos)
         self.bytes = pos
+        self.count = len(ids)
+        held = set(ids)
         prefix = self.topic + ":"
         for name in os.listdir(self.data_path):
             if name.startswith(prefix) and name.endswith(FIN_SUFFIX):
@@ -120,109 +191,94 @@ class ReplicationLog:
                 with open(os.path.join(self.data_path, name), "rb") as f:
                     raw = f.read()
                 whole = len(raw) - len(raw) % ID_SIZE
-                ids = {raw[i : i + ID_SIZE] for i in range(0, whole, ID_SIZE)}
-                self.finished[channel] = ids & self.index.keys()
-        self.dead = self._count_dead()
+                done = {raw[i : i + ID_SIZE] for i in range(0, whole, ID_SIZE)}
+                self.finished[channel] = done & held
+        self.dead = self._count_dead(held)
 
-    def _count_dead(self) -> int:
+    def _count_dead(self, held: set[bytes]) -> int:
         if not self.finished:
             return 0
         sets = list(self.finished.values())
-        return len(set.intersection(*sets) & self.index.keys())
+        return len(set.intersection(*sets) & held)
 
     # -- messages ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.index)
+        return self.count
 
-    def __contains__(self, message_id: bytes) -> bool:
-        return message_id in self.index
+    def ids(self) -> set[bytes]:
+        """The IDs of the messages the log holds (a scan of the log: for a summary or a
+        merge, not for the publish path)."""
+        with open(self.path, "rb") as f:
+            data = f.read(self.bytes)
+        return set(scan_ids(data)[0])
 
-    def append(self, records: list[Record]) -> bytes:
-        """Write the records whose IDs the log lacks (one write(2)); returns them encoded.
-        (The publish path: IDs and lengths are known, nothing is parsed back.)"""
-        index = self.index
-        pack = _HEAD.pack
-        parts: list[bytes] = []
-        entries: list[tuple[bytes, int]] = []
-        for due, frame in records:
-            message_id = frame[FRAMED_BODY_OFFSET - 16 : FRAMED_BODY_OFFSET]
-            if message_id in index:
-                continue
-            parts.append(pack(len(frame) + 8, due))
-            parts.append(frame)
-            entries.append((message_id, len(frame) + 12))
-        if not entries:
+    def append(self, records: list[Record], known: set[bytes] | None = None) -> bytes:
+        """Write the records (one write(2)); returns them encoded. With `known` (the IDs
+        the log holds, from `ids`), those it holds are left out and `known` is updated.
+        Without (the publish path: IDs this node just made, which no earlier record has),
+        nothing is left out: a clock set back could repeat an ID, and that message must not
+        be dropped as a copy of another."""
+        if known is not None:
+            unique: dict[bytes, Record] = {}
+            for record in records:
+                message_id = framed_id(record[1])
+                if message_id not in known:
+                    unique.setdefault(message_id, record)
+            known.update(unique)
+            records = list(unique.values())
+        if not records:
             return b""
-        blob = b"".join(parts)
+        blob = encode_records(records)
         os.write(self._fd, blob)  # O_APPEND: one write, at the end
-        pos = self.bytes
-        for message_id, length in entries:
-            index[message_id] = (pos, length)
-            pos += length
-        self.bytes = pos
+        self.count += len(records)
+        self.bytes += len(blob)
         return blob
 
-    def append_encoded(self, blob: bytes) -> bytes:
+    def append_frames(self, batches: list[tuple[int, list[bytes]]]) -> bytes:
+        """The publish path: write message frames, each batch with its due time (one
+        write(2)); returns them encoded. Nothing is left out (see `append`)."""
+        if len(batches) == 1:
+            due, frames = batches[0]
+            blob = encode_frames(frames, due)
+            count = len(frames)
+        else:
+            blob = b"".join([encode_frames(frames, due) for due, frames in batches])
+            count = sum(len(frames) for _, frames in batches)
+        if count:
+            os.write(self._fd, blob)  # O_APPEND: one write, at the end
+            self.count += count
+            self.bytes += len(blob)
+        return blob
+
+    def append_encoded(self, blob: bytes) -> int:
         """`append` of records already encoded (a MSGS frame's blob, as the primary wrote
-        them): written as they are when all are new, the usual case; returns what was
-        written. Raises ValueError on a malformed record (nothing written)."""
-        index = self.index
-        unpack = _HEAD.unpack_from
-        id_at = FRAMED_BODY_OFFSET - 16 + 12
-        entries: list[tuple[bytes, int, int]] = []  # (id, offset in blob, length)
-        pos, end = 0, len(blob)
-        while pos < end:
-            if end - pos < _HEAD.size:
-                raise ValueError("truncated record")
-            length = unpack(blob, pos)[0] + 4
-            if length < 12 + FRAMED_BODY_OFFSET or pos + length > end:
-                raise ValueError("bad record length")
-            entries.append((blob[pos + id_at : pos + id_at + 16], pos, length))
-            pos += length
-        new = [e for e in entries if e[0] not in index]
-        if len(new) != len(entries):
-            unique: dict[bytes, tuple[bytes, int, int]] = {}
-            for entry in new:
-                unique.setdefault(entry[0], entry)
-            new = list(unique.values())
-            blob = b"".join(blob[offset : offset + length] for _, offset, length in new)
-        if not new:
-            return b""
-        os.write(self._fd, blob)  # O_APPEND: one write, at the end
-        base = self.bytes
-        at = 0
-        for message_id, _, length in new:
-            index[message_id] = (base + at, length)
-            at += length
-        self.bytes = base + at
-        return blob
+        them, which holds no message the log has: the primary streams to a member only what
+        follows what it sent it when it joined); returns how many. Raises ValueError on a
+        malformed record (nothing written)."""
+        count = count_records(blob)
+        if count:
+            os.write(self._fd, blob)  # O_APPEND: one write, at the end
+            self.count += count
+            self.bytes += len(blob)
+        return count
 
     def read(self, ids: Iterable[bytes]) -> list[Record]:
-        """The records of `ids` the log holds, read back from disk."""
-        wanted = sorted((self.index[i] for i in ids if i in self.index), key=lambda e: e[0])
+        """The records of `ids` the log holds, read back from disk (a scan of the log)."""
+        wanted = set(ids)
         if not wanted:
             return []
-        out: list[Record] = []
-        with open(self.path, "rb") as f:
-            for offset, length in wanted:
-                f.seek(offset)
-                raw = f.read(length)
-                out.append((_HEAD.unpack_from(raw, 0)[1], raw[12:]))
-        return out
+        return [r for r in self.records() if framed_id(r[1]) in wanted]
+
+    def read_lacking(self, theirs: set[bytes]) -> list[Record]:
+        """The records whose IDs are not in `theirs` (a scan of the log)."""
+        return [r for r in self.records() if framed_id(r[1]) not in theirs]
 
     def records(self) -> Iterator[Record]:
         """Every record, in log order (read from disk)."""
         with open(self.path, "rb") as f:
             data = f.read(self.bytes)
-        pos = 0
-        index = self.index
-        while pos < len(data):
-            length, due = _HEAD.unpack_from(data, pos)
-            frame = data[pos + 12 : pos + 4 + length]
-            if framed_id(frame) in index:
-                yield due, frame
-            pos += 4 + length
+        yield from decode_records(data)
 
     # -- channels and FINs ------------------------------------------------------------------
 
@@ -248,27 +304,40 @@ class ReplicationLog:
             os.unlink(self._fin_path(channel))
         except FileNotFoundError:
             pass
-        self.dead = self._count_dead()
+        self.dead = self._count_dead(self.ids())
 
     def finish(self, channel: str, ids: Iterable[bytes]) -> int:
-        """Record that `channel` finished `ids` (those of the log it had not); returns how
-        many were new. An unknown channel is created."""
+        """Record that `channel` finished `ids` (those it had not); returns how many were
+        new. An unknown channel is created. The IDs reach its FIN file at `write_fins`
+        (a crash before loses them: duplicates after a failover, never a loss)."""
         done = self.finished.get(channel)
         if done is None:
             self.add_channel(channel)
             done = self.finished[channel]
-        index = self.index
-        new = [i for i in ids if i in index and i not in done]
+        new = [i for i in ids if i not in done]
         if not new:
             return 0
         done.update(new)
-        os.write(self._fin_fd(channel), b"".join(new))
+        unwritten = self._fins_unwritten.get(channel)
+        if unwritten is None:
+            self._fins_unwritten[channel] = new
+        else:
+            unwritten += new
         others = [s for c, s in self.finished.items() if c != channel]
         self.dead += sum(1 for i in new if all(i in s for s in others))
         return len(new)
 
+    def write_fins(self) -> None:
+        """Append the finished IDs `finish` recorded to the FIN files (one write each)."""
+        if not self._fins_unwritten:
+            return
+        unwritten, self._fins_unwritten = self._fins_unwritten, {}
+        for channel, ids in unwritten.items():
+            if channel in self.finished:
+                os.write(self._fin_fd(channel), b"".join(ids))
+
     def unfinished(self, channel: str) -> int:
-        return len(self.index) - len(self.finished.get(channel, ()))
+        return self.count - len(self.finished.get(channel, ()))
 
     def _fin_path(self, channel: str) -> str:
         return os.path.join(self.data_path, f"{self.topic}:{channel}{FIN_SUFFIX}")
@@ -285,6 +354,7 @@ class ReplicationLog:
     def sync_handles(self) -> list[int]:
         """Duplicates of the files' descriptors, for `fsync_handles` in a worker thread
         (a compaction meanwhile closes the originals, not these)."""
+        self.write_fins()
         return [os.dup(fd) for fd in (self._fd, *self._fin_fds.values())]
 
     def fsync(self) -> None:
@@ -293,11 +363,13 @@ class ReplicationLog:
     def compact_if_needed(self) -> bool:
         """Drop the records every channel has finished once they outnumber the live ones
         (and COMPACT_MIN): rewrite the log and the FIN files (temp file, fsync, rename)."""
-        if self.dead < COMPACT_MIN or self.dead < len(self.index) - self.dead:
+        if self.dead < COMPACT_MIN or self.dead < self.count - self.dead:
             return False
         sets = list(self.finished.values())
         gone = set.intersection(*sets) if sets else set()
         live = [r for r in self.records() if framed_id(r[1]) not in gone]
+        live_ids = {framed_id(frame) for _, frame in live}
+        self._fins_unwritten.clear()  # the FIN files are rewritten from the sets below
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(encode_records(live))
@@ -306,14 +378,10 @@ class ReplicationLog:
         os.close(self._fd)
         os.replace(tmp, self.path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.index.clear()
-        pos = 0
-        for _, frame in live:
-            self.index[framed_id(frame)] = (pos, len(frame) + 12)
-            pos += len(frame) + 12
-        self.bytes = pos
+        self.count = len(live)
+        self.bytes = sum(len(frame) + 12 for _, frame in live)
         for channel, done in self.finished.items():
-            done -= gone
+            done &= live_ids  # IDs of messages the log never held go too
             fd = self._fin_fds.pop(channel, None)
             if fd is not None:
                 os.close(fd)
@@ -333,6 +401,10 @@ class ReplicationLog:
         return True
 
     def close(self) -> None:
+        try:
+            self.write_fins()
+        except OSError as err:
+            log.error("REPLICATION(%s): failed to write FINs - %s", self.topic, err)
         os.close(self._fd)
         for fd in self._fin_fds.values():
             os.close(fd)

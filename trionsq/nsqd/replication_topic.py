@@ -31,6 +31,7 @@ from .backend import Backend, from_wall_ns, to_wall_ns
 from .channel import Channel
 from .e2e_latency import E2ELatency, Result, disabled_result
 from .lookup import register, unregister
+from .replication_acks import AckQueue, Waiter
 from .replication_log import Record, ReplicationLog, decode_records, encode_records
 from .topic import Topic, TopicExiting
 from .wakeup import Wakeup
@@ -46,6 +47,9 @@ PRIMARY, REPLICA, CANDIDATE = "primary", "replica", "candidate"
 NODE_BITS = 1024
 #: The topic task's period (heartbeats, FIN batches and the lease are checked this often).
 TICK = 0.05
+#: Messages accepted that are written and streamed at once rather than at the end of the
+#: scheduler pass.
+FLUSH_AT = 64
 
 
 def epoch_text(epoch: int) -> str:
@@ -102,8 +106,7 @@ class ReplicatedTopic(Topic):
             # Held only by a candidate, or while a new topic's first election runs.
             raise TopicExiting(replica.not_primary())
         due = to_wall_ns(trio.current_time() + defer) if defer > 0 else 0
-        replica.publish([(due, frame) for frame in frames])
-        replica.repl.owe(replica)
+        replica.publish(frames, due)
         if replica.role == PRIMARY:
             super().put_frames(frames, defer, pump_later)
 
@@ -209,11 +212,12 @@ class TopicReplica:
         self.lookup_done = True
         self.accepted = 0
         #: Accepted, not yet in the log (`flush`).
-        self.outbox: list[Record] = []
+        self.outbox: list[tuple[int, list[bytes]]] = []  # (due time, frames)
+        self.outbox_count = 0
         self.flush_wake = Wakeup()
         self.members: dict[int, Member] = {}
         self.syncing: set[int] = set()
-        self.waiters: list[tuple[int, trio.Event, list[bool]]] = []
+        self.waiters = AckQueue()
         self.fins_out: dict[str, list[bytes]] = {}
         self.fins_count = 0
         self.next_fins = 0.0
@@ -237,7 +241,7 @@ class TopicReplica:
 
     # -- publish, replicate, acknowledge ----------------------------------------------------
 
-    def publish(self, records: list[Record]) -> None:
+    def publish(self, frames: list[bytes], due: int) -> None:
         """Accept published messages: they are written to the log and streamed by
         `flush_task`, once per scheduler pass for every publisher served in it (one write(2)
         and one MSGS frame per member for all of them), and their PUBs answered once a
@@ -245,9 +249,16 @@ class TopicReplica:
         election) they wait in the log: acknowledged if this node takes office within
         --replication-ack-timeout, else answered E_PUB_FAILED as soon as another node
         leads, and merged into the next primary's log like any message a member holds."""
-        self.outbox += records
-        self.accepted += len(records)
-        self.flush_wake.set()
+        self.outbox.append((due, frames))
+        self.outbox_count += len(frames)
+        self.accepted += len(frames)
+        if self.outbox_count >= FLUSH_AT:
+            # An MPUB's worth: written and streamed at once, so that the members work on it
+            # while this node reads the next (waiting for the pass would line every
+            # publisher up behind one acknowledgement).
+            self.flush()
+        else:
+            self.flush_wake.set()
 
     async def flush_task(self) -> None:
         while not self.topic.exiting:
@@ -259,9 +270,10 @@ class TopicReplica:
         that refuses fails every waiting PUB (E_PUB_FAILED) and marks nsqd unhealthy."""
         if not self.outbox:
             return
-        records, self.outbox = self.outbox, []
+        batches, self.outbox = self.outbox, []
+        count, self.outbox_count = self.outbox_count, 0
         try:
-            written = self.log.append(records)
+            written = self.log.append_frames(batches)
         except OSError as err:
             reason = f"failed to write replication log - {err.strerror or err}"
             log.error("REPLICATION(%s): %s", self.name, reason)
@@ -270,16 +282,14 @@ class TopicReplica:
             return
         if self.role == PRIMARY:
             if len(self.members) < self.quorum - 1:
-                self.under_replicated += len(records)
+                self.under_replicated += count
             self._stream(written)
 
     def _stream(self, encoded: bytes) -> None:
         """Send records (encoded as the log holds them) to every member."""
         if not self.members:
             return
-        frame = wire.encode(
-            wire.MSGS, {"topic": self.name, "epoch": self.epoch, "total": self.accepted}, encoded
-        )
+        frame = wire.encode_stream(wire.MSGS, self.name, self.epoch, self.accepted, encoded)
         window = self.repl.nsqd.options.replication_window
         for node_id, member in list(self.members.items()):
             peer = self.repl.peer_by_id(node_id)
@@ -322,38 +332,21 @@ class TopicReplica:
         self._release_waiters()
 
     def _release_waiters(self) -> None:
-        if not self.waiters:
-            return
-        done = self.quorum_total()
-        keep = []
-        for target, event, box in self.waiters:
-            if target <= done:
-                box.append(True)
-                event.set()
-            else:
-                keep.append((target, event, box))
-        self.waiters = keep
+        if self.waiters:
+            self.waiters.release(self.quorum_total())
 
     def _fail_waiters(self) -> None:
-        for _, event, box in self.waiters:
-            box.append(False)
-            event.set()
-        self.waiters = []
+        self.waiters.fail_all()
 
-    async def wait_replicated(self, target: int) -> bool:
-        """Wait until the messages accepted up to `target` are on a quorum (False: the
-        primary stepped down, or --replication-ack-timeout passed)."""
+    def wait_for(self, target: int, waiter: Waiter) -> bool:
+        """Register `waiter` for the messages accepted up to `target` being on a quorum
+        (failed if the primary steps down, or --replication-ack-timeout passes). False:
+        they already are, and the waiter is not registered."""
         if self.role == PRIMARY and self.quorum_total() >= target:
-            return True
-        event = trio.Event()
-        box: list[bool] = []
-        self.waiters.append((target, event, box))
-        with trio.move_on_after(self.repl.nsqd.options.replication_ack_timeout):
-            await event.wait()
-        if not box:
-            self.waiters = [w for w in self.waiters if w[1] is not event]
             return False
-        return box[0]
+        deadline = trio.current_time() + self.repl.nsqd.options.replication_ack_timeout
+        self.waiters.add(target, deadline, waiter)
+        return True
 
     # -- FINs and channels ------------------------------------------------------------------
 
@@ -407,11 +400,12 @@ class TopicReplica:
     def summary(self) -> tuple[dict[str, Any], bytes]:
         """What this node holds: every message ID, and per channel its finished IDs."""
         names = list(self.log.finished)
+        held = self.log.ids()
         header = {
-            "count": len(self.log.index),
+            "count": len(held),
             "channels": {n: len(self.log.finished[n]) for n in names},
         }
-        blob = b"".join(self.log.index) + b"".join(b"".join(self.log.finished[n]) for n in names)
+        blob = b"".join(held) + b"".join(b"".join(self.log.finished[n]) for n in names)
         return header, blob
 
     @staticmethod
@@ -435,7 +429,8 @@ class TopicReplica:
         ids, fins = self.parse_summary(header, blob)
         self.flush()  # the totals streamed below must cover only what the log holds
         dropped = self.log.dropped
-        missing = [i for i in ids if i not in self.log and i not in dropped]
+        held = self.log.ids()
+        missing = [i for i in ids if i not in held and i not in dropped]
         if missing:
             answer = await peer.ask(
                 wire.WANT,
@@ -445,7 +440,7 @@ class TopicReplica:
             )
             if answer is None or answer[0] != wire.BODIES:
                 return False
-            written = self.log.append(decode_records(answer[2]))
+            written = self.log.append(decode_records(answer[2]), known=held)
             if written and self.role == PRIMARY:
                 # Messages only the peer had: served, and sent to the other members.
                 records = decode_records(written)
@@ -466,6 +461,10 @@ class TopicReplica:
         options = self.repl.nsqd.options
         while not self.topic.exiting:
             now = trio.current_time()
+            try:
+                self.log.write_fins()
+            except OSError as err:
+                log.error("REPLICATION(%s): failed to write FINs - %s", self.name, err)
             if self.role == PRIMARY:
                 self._primary_tick(now)
             elif (
@@ -545,7 +544,7 @@ class TopicReplica:
             if self.role != PRIMARY or self.epoch != epoch or not peer.connected:
                 return
             self.flush()
-            lacking = [i for i in self.log.index if i not in theirs]
+            lacking = self.log.read_lacking(theirs)
             # What it holds that this node dropped as finished everywhere: finished for it.
             obsolete = [i for i in theirs if i in self.log.dropped]
             for name in self.log.finished:
@@ -555,11 +554,9 @@ class TopicReplica:
                         {"topic": self.name, "epoch": epoch, "op": "ensure", "channel": name},
                     )
                 )
-            records = self.log.read(lacking)
-            frame = wire.encode(
-                wire.MSGS,
-                {"topic": self.name, "epoch": epoch, "total": self.accepted},
-                encode_records(records),
+            records = lacking
+            frame = wire.encode_stream(
+                wire.MSGS, self.name, epoch, self.accepted, encode_records(records)
             )
             member = Member(acked=-1)
             member.hb_acked = trio.current_time()
@@ -772,11 +769,7 @@ class TopicReplica:
         except ValueError as err:
             raise wire.WireError(f"bad MSGS - {err}") from None
         self.heard(sender)
-        return [
-            wire.encode(
-                wire.ACK, {"topic": self.name, "epoch": epoch, "total": int(header["total"])}
-            )
-        ]
+        return [wire.encode_stream(wire.ACK, self.name, epoch, int(header["total"]))]
 
     def on_fins(self, sender: int, header: dict[str, Any], blob: bytes) -> list[bytes]:
         epoch = int(header["epoch"])

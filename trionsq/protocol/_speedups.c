@@ -1,4 +1,5 @@
-/* trionsq.protocol._speedups: the two per-message loops of parser.py, compiled.
+/* trionsq.protocol._speedups: the per-message loops of parser.py, compiled, and two of the
+ * replication log's (replication_log.py: a replicated topic's publish path, at the end).
  *
  * `frame_mpub` is the inner loop of `CommandParser._next_mpub` when the parser frames
  * messages (nsqd's publish hot path): it reads MPUB's ``[size][body]`` records from a buffer
@@ -196,16 +197,123 @@ static PyObject *scan_fins(PyObject *module, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(Nn)", ids, pos);
 }
 
+/* -- the replication log's records (trionsq/nsqd/replication_log.py) ----------------------
+ *
+ * A record is ``[4-byte length][8-byte due time][framed message]``, the length counting the
+ * due time and the frame. Every message of a replicated topic is written as one, on the
+ * primary and on each member, so these are per-message loops too.
+ */
+#define LOG_HEAD 12
+
+static void put_be64(unsigned char *p, unsigned long long v) {
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+PyDoc_STRVAR(encode_log_records_doc,
+"encode_log_records(frames, due)\n"
+"--\n\n"
+"The log records of the message frames of the list `frames` (bytes), each with the due\n"
+"time `due` (Unix ns, 0: now), concatenated.");
+
+static PyObject *encode_log_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "encode_log_records takes 2 arguments");
+        return NULL;
+    }
+    PyObject *frames = args[0];
+    if (!PyList_Check(frames)) {
+        PyErr_SetString(PyExc_TypeError, "frames must be a list");
+        return NULL;
+    }
+    unsigned long long due = PyLong_AsUnsignedLongLong(args[1]);
+    if (due == (unsigned long long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(frames);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *frame = PyList_GET_ITEM(frames, i);
+        if (!PyBytes_Check(frame)) {
+            PyErr_SetString(PyExc_TypeError, "frames must hold bytes");
+            return NULL;
+        }
+        Py_ssize_t size = PyBytes_GET_SIZE(frame);
+        if (size > 0xFFFFFFF0 - 8 || total > PY_SSIZE_T_MAX - LOG_HEAD - size) {
+            PyErr_SetString(PyExc_ValueError, "frame too large");
+            return NULL;
+        }
+        total += LOG_HEAD + size;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) {
+        return NULL;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *frame = PyList_GET_ITEM(frames, i);
+        Py_ssize_t size = PyBytes_GET_SIZE(frame);
+        put_be32(p, (uint32_t)(size + 8));
+        put_be64(p + 4, due);
+        memcpy(p + LOG_HEAD, PyBytes_AS_STRING(frame), (size_t)size);
+        p += LOG_HEAD + size;
+    }
+    return out;
+}
+
+PyDoc_STRVAR(count_log_records_doc,
+"count_log_records(buf, min_length)\n"
+"--\n\n"
+"How many whole log records `buf` holds from its start, and the offset after them: (count,\n"
+"pos). The count stops at a record whose length is below `min_length` or runs past the end.");
+
+static PyObject *count_log_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "count_log_records takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t min_length = PyLong_AsSsize_t(args[1]);
+    if (min_length == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *buf = view.buf;
+    Py_ssize_t n = view.len;
+    Py_ssize_t pos = 0;
+    Py_ssize_t count = 0;
+    while (n - pos >= LOG_HEAD) {
+        const unsigned char *p = buf + pos;
+        Py_ssize_t length = (Py_ssize_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+                                         ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+        if (length < min_length || n - pos - 4 < length) {
+            break;
+        }
+        pos += 4 + length;
+        count += 1;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nn)", count, pos);
+}
+
 static PyMethodDef methods[] = {
     {"frame_mpub", (PyCFunction)(void (*)(void))frame_mpub, METH_FASTCALL, frame_mpub_doc},
     {"scan_fins", (PyCFunction)(void (*)(void))scan_fins, METH_FASTCALL, scan_fins_doc},
+    {"encode_log_records", (PyCFunction)(void (*)(void))encode_log_records, METH_FASTCALL,
+     encode_log_records_doc},
+    {"count_log_records", (PyCFunction)(void (*)(void))count_log_records, METH_FASTCALL,
+     count_log_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_speedups",
-    .m_doc = "The per-message loops of trionsq.protocol.parser, compiled (see _speedups.c).",
+    .m_doc = "trionsq's per-message loops, compiled (see _speedups.c).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -1,0 +1,198 @@
+"""Publishers waiting for a quorum (docs/replication.md section 6, "Publishing"): a replicated
+topic's `AckQueue` of waiters, each released once a quorum has written the stream up to its
+target, or failed (the primary stepped down, or --replication-ack-timeout passed).
+
+Two kinds of waiter, both without a cancel scope or an Event per PUB (they cost more than the
+rest of a replicated PUB's wait; the timeout is checked by `Replication`'s expiry task):
+
+- `HeldAnswers`: a V2 connection's read batch. Its answers stay in the connection's output
+  buffer (`ClientV2.holding`) while its command loop goes back to reading; the release sends
+  them from the releasing task (`ClientV2.send_now`), so the connection's task is not woken
+  for it. A command read before the release waits for it (`wait`): answers stay in order, and
+  a connection has one batch held at a time.
+- `TaskWaiter`: a task that waits (HTTP ``/pub``, ``--sync-ack``'s path).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Protocol
+
+import outcome
+import trio
+
+from ..protocol.client_states import STATE_DISCONNECTED
+from ..protocol.errors import E_PUB_FAILED, ProtocolError
+from ..protocol.frames import encode_error
+from .heartbeats import start_pump
+
+if TYPE_CHECKING:
+    from .client_v2 import ClientV2
+    from .replication_topic import TopicReplica
+
+#: What a connection whose publish was not made durable (--sync-ack's fsync, or a quorum)
+#: receives before it is closed.
+NOT_DURABLE = ProtocolError(
+    E_PUB_FAILED,
+    "PUB failed to make the message durable (fsync failed, or not written by a quorum of replicas)",
+)
+
+
+#: How long a failed connection's error frame may take to send before it closes.
+CLOSE_TIMEOUT = 1.0
+
+
+class Waiter(Protocol):
+    def done(self, ok: bool) -> None: ...
+
+
+class AckQueue:
+    """One replicated topic's waiters, by target (a stream position: messages accepted)."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, float, Waiter]] = []
+        self._seq = itertools.count()
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, target: int, deadline: float, waiter: Waiter) -> None:
+        heapq.heappush(self._heap, (target, next(self._seq), deadline, waiter))
+
+    def release(self, total: int) -> None:
+        """Every waiter whose target is within `total` (what a quorum has written)."""
+        heap = self._heap
+        while heap and heap[0][0] <= total:
+            heapq.heappop(heap)[3].done(True)
+
+    def fail_all(self) -> None:
+        heap, self._heap = self._heap, []
+        for entry in heap:
+            entry[3].done(False)
+
+    def expire(self, now: float) -> None:
+        """Fail the waiters whose deadline has passed."""
+        heap = self._heap
+        if not heap:
+            return
+        late = [entry for entry in heap if entry[2] <= now]
+        if not late:
+            return
+        self._heap = [entry for entry in heap if entry[2] > now]
+        heapq.heapify(self._heap)
+        for entry in late:
+            entry[3].done(False)
+
+
+class TaskWaiter:
+    """A task parked until its waits are done (`wait`); False if any failed."""
+
+    __slots__ = ("_failed", "_pending", "_task")
+
+    def __init__(self, count: int) -> None:
+        self._pending = count
+        self._failed = False
+        self._task: trio.lowlevel.Task | None = None
+
+    def done(self, ok: bool) -> None:
+        self._pending -= 1
+        if not ok:
+            self._failed = True
+        task = self._task
+        if self._pending <= 0 and task is not None:
+            self._task = None
+            trio.lowlevel.reschedule(task, outcome.Value(None))
+
+    async def wait(self) -> bool:
+        if self._pending > 0:
+            self._task = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                self._task = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        return not self._failed
+
+
+async def wait_replicated(owed: dict[TopicReplica, int]) -> bool:
+    """Wait until each replicated topic of `owed` has on a quorum the messages it had
+    accepted at the position given (False: one failed)."""
+    waiter = TaskWaiter(len(owed))
+    for replica, target in owed.items():
+        if not replica.wait_for(target, waiter):
+            waiter.done(True)
+    return await waiter.wait()
+
+
+class HeldAnswers:
+    """A connection's answers held until every replicated topic its read batch published to
+    has the messages on a quorum. On failure its output is replaced by a fatal E_PUB_FAILED
+    and the connection closes (the publisher sees no OK and publishes again)."""
+
+    __slots__ = ("_client", "_failed", "_pending", "_task")
+
+    def __init__(self, client: ClientV2, count: int) -> None:
+        self._client = client
+        self._pending = count
+        self._failed = False
+        self._task: trio.lowlevel.Task | None = None
+        client.holding = True
+        client.held = self
+
+    def done(self, ok: bool) -> None:
+        self._pending -= 1
+        if not ok:
+            self._failed = True
+        if self._pending > 0:
+            return
+        client = self._client
+        client.holding = False
+        if not self._failed:
+            client.held = None  # (a failed one stays: the command loop reads no more)
+        task = self._task
+        if self._failed:
+            client.out = bytearray(encode_error(NOT_DURABLE.body))
+        if task is not None:
+            # The command loop waits in `wait`: it sends (or closes) itself.
+            self._task = None
+            trio.lowlevel.reschedule(task, outcome.Value(None))
+            return
+        if client.state == STATE_DISCONNECTED:
+            return
+        if self._failed:
+            # No more deliveries; the error is sent, then the connection closes.
+            client.state = STATE_DISCONNECTED
+            client.nsqd.start_client_task(_send_then_close, client)
+            return
+        client.send_now()
+        if client.out:
+            start_pump(client)  # what the socket did not take now (or a TLS stream's)
+
+    async def wait(self) -> bool:
+        """The command loop read more before the release: wait for it. False: the answers
+        failed (the output holds the error; close the connection after sending it)."""
+        if self._pending > 0:
+            self._task = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                self._task = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        return not self._failed
+
+
+async def _send_then_close(client: ClientV2) -> None:
+    try:
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            await client.drain()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    client.close_connection()
