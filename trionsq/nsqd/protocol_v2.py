@@ -400,7 +400,9 @@ def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     if nsqd.replication is not None and "replication" in result.raw:
         # A member of this node's replica set: the connection becomes its stream (`_upgrade`).
         try:
-            reply = nsqd.replication.identify_reply(client, result.raw["replication"], reply)
+            reply = nsqd.replication.identify_reply(
+                client, result.raw["replication"], reply, result.tls_v1
+            )
         except ReplicationWireError as err:
             raise ProtocolError(E.E_IDENTIFY_FAILED, f"IDENTIFY failed {err}") from None
         client.out += encode_response(reply)
@@ -426,8 +428,11 @@ async def _upgrade(nsqd: NSQD, client: ClientV2, result: IdentifyResult) -> bool
     (heartbeats) in `client.out` for later. Layers are built as Go builds them: TLS over the
     socket, compression over TLS or the socket. Returns False when the connection cannot go on
     (a failed handshake): the error is logged and sent, and only this connection closes."""
-    if nsqd.replication is not None and "replication" in result.raw:
-        await nsqd.replication.serve(client)
+    # A member of this node's replica set: its connection becomes its stream, over TLS when
+    # both have it configured (and never over snappy or deflate).
+    peer = nsqd.replication if "replication" in result.raw else None
+    if peer is not None and not result.tls_v1:
+        await peer.serve(client)
         return False
     await client.drain()
     client.sending = True
@@ -469,6 +474,9 @@ async def _upgrade(nsqd: NSQD, client: ClientV2, result: IdentifyResult) -> bool
         if client.send_done:
             client.send_done.unpark_all()
     if not failure:
+        if peer is not None:
+            await peer.serve(client)
+            return False
         return True
     err = ProtocolError(E.E_IDENTIFY_FAILED, f"IDENTIFY failed {failure}")
     log.error("[%s] - %s", client.remote_address, err)

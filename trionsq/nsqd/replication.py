@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +59,8 @@ class Replication:
         self._remote: set[str] = set()
         self.loading = False
         self._nursery: trio.Nursery | None = None
-        self._inbound: dict[int, int] = {}  # client id -> peer node id
+        self._tls_context: ssl.SSLContext | None = None
+        self._inbound: dict[int, wire.Inbound] = {}  # client id -> the dialler, until PROOF
 
     # -- which topics -----------------------------------------------------------------------
 
@@ -116,6 +118,20 @@ class Replication:
         for replica in self.replicas():
             if peer.node_id is not None:
                 replica._drop_member(peer.node_id, "disconnected")
+
+    def client_tls_context(self) -> ssl.SSLContext | None:
+        """How this node dials its peers over TLS: None without --tls-cert and --tls-key;
+        else the peers' certificates are verified against --tls-root-ca-file (the system's
+        CAs without it) and this node's own certificate is presented (for a peer with
+        --tls-client-auth-policy)."""
+        options = self.nsqd.options
+        if not (options.tls_cert and options.tls_key):
+            return None
+        if self._tls_context is None:
+            context = ssl.create_default_context(cafile=options.tls_root_ca_file or None)
+            context.load_cert_chain(options.tls_cert, options.tls_key)
+            self._tls_context = context
+        return self._tls_context
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if self._nursery is not None:
@@ -175,25 +191,30 @@ class Replication:
 
     # -- the wire ---------------------------------------------------------------------------
 
-    def identify_reply(self, client: ClientV2, raw: Any, reply: bytes) -> bytes:
+    def identify_reply(
+        self, client: ClientV2, raw: Any, reply: bytes, tls_requested: bool
+    ) -> bytes:
         """IDENTIFY with a ``replication`` key: check it and answer with ours. Raises
         wire.WireError."""
         import json
 
         options = self.nsqd.options
-        peer_id, key = wire.check_identify_key(options.replication_secret, options.node_id, raw)
-        self._inbound[client.id] = peer_id
+        inbound, key = wire.check_identify_key(options.replication_secret, options.node_id, raw)
+        if self.nsqd.tls_context is not None and not tls_requested:
+            # With TLS configured, members talk only over TLS (no downgrade to plaintext).
+            raise wire.WireError("replication requires TLS (this nsqd has --tls-cert)")
+        self._inbound[client.id] = inbound
         body = json.loads(reply) if reply.startswith(b"{") else {}
         body["replication"] = key
         return json.dumps(body).encode()
 
     async def serve(self, client: ClientV2) -> None:
         """The peer's connection: no longer a client (no heartbeats, not in /stats)."""
-        peer_id = self._inbound.pop(client.id)
+        inbound = self._inbound.pop(client.id)
         self.nsqd.heartbeats.remove(client)
         self.nsqd.remove_client(client)
         await client.drain()
-        await serve_inbound(self, client, peer_id)
+        await serve_inbound(self, client, inbound)
 
     async def handle_request(
         self, sender: int, kind: int, header: dict[str, Any], blob: bytes

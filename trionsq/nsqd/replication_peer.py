@@ -56,6 +56,8 @@ class Peer:
         self._next_rid = 0
         self._pending: dict[int, tuple[trio.Event, list[Answer]]] = {}
         self.error = ""
+        #: The connection is over TLS.
+        self.tls = False
         self.connections = 0
         self._sending = False
         self._fd = -1
@@ -140,9 +142,10 @@ class Peer:
         # Direct socket calls, but no busy polling: members share the machine's cores with
         # each other in the benchmarks, where spinning replicas cost the primary 20 % of its
         # MPUB throughput (bench/README.md, "Replicated topics").
-        stream = DirectSocketStream(socket_stream, 0.0)
+        stream: trio.abc.Stream = DirectSocketStream(socket_stream, 0.0)
         async with stream:
             options = self.repl.nsqd.options
+            tls_context = self.repl.client_tls_context()
             key = wire.identify_key(options.replication_secret, options.node_id)
             body = {
                 "client_id": f"replication-{options.node_id}",
@@ -150,6 +153,7 @@ class Peer:
                 "feature_negotiation": True,
                 "heartbeat_interval": -1,
                 "user_agent": "trionsq-replication",
+                "tls_v1": tls_context is not None,
                 "replication": key,
             }
             with trio.fail_after(CONNECT_TIMEOUT):
@@ -162,10 +166,22 @@ class Peer:
             except ValueError:
                 reply = {}
             raw = reply.get("replication") if isinstance(reply, dict) else None
-            self.node_id = wire.check_reply_key(
+            self.node_id, proof = wire.check_reply_key(
                 options.replication_secret, key, raw, options.node_id
             )
-            self._fd = socket_stream.socket.fileno()
+            if tls_context is not None:
+                if not reply.get("tls_v1"):
+                    raise wire.WireError("the peer did not agree to TLS (has it --tls-cert?)")
+                stream = trio.SSLStream(stream, tls_context, server_hostname=host or "127.0.0.1")
+                with trio.fail_after(CONNECT_TIMEOUT):
+                    await stream.do_handshake()
+                    frame_type, data = await _read_nsq_frame(stream)
+                if frame_type != FRAME_TYPE_RESPONSE or data != b"OK":
+                    raise wire.WireError("TLS upgrade refused")
+            self.tls = tls_context is not None
+            await stream.send_all(proof)
+            # Frames go out straight to the socket (`send`) only in plaintext.
+            self._fd = -1 if tls_context is not None else socket_stream.socket.fileno()
             self.connected = True
             self.connections += 1
             self.error = ""
@@ -222,13 +238,28 @@ async def _read_nsq_frame(stream: trio.abc.ReceiveStream) -> tuple[int, bytes]:
     return frame_type, bytes(body)
 
 
-async def serve_inbound(repl: Replication, client: ClientV2, peer_id: int) -> None:
-    """Serve a peer's requests on its connection to this node until it closes."""
+async def serve_inbound(repl: Replication, client: ClientV2, inbound: wire.Inbound) -> None:
+    """Serve a peer's requests on its connection to this node until it closes (once its
+    first frame proved it knows the secret, `wire.Inbound.check_proof`)."""
     stream = client.stream
     if isinstance(stream, DirectSocketStream):
         # No busy polling on replication links (see `Peer._session`).
         stream = DirectSocketStream(stream.socket_stream, 0.0)
     reader = wire.FrameReader(stream)
+    peer_id = inbound.peer
+    try:
+        with trio.fail_after(CONNECT_TIMEOUT):
+            kind, header, _ = await reader.next()
+        inbound.check_proof(repl.nsqd.options.replication_secret, kind, header)
+    except (
+        trio.TooSlowError,
+        trio.BrokenResourceError,
+        trio.ClosedResourceError,
+        wire.WireError,
+        OSError,
+    ) as err:
+        log.error("REPLICATION: node %d refused (%s) - %s", peer_id, client.remote_address, err)
+        return
     log.info("REPLICATION: node %d connected (%s)", peer_id, client.remote_address)
     try:
         while True:

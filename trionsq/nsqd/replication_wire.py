@@ -34,6 +34,8 @@ PREPARE, PROMISE = 9, 10
 REFUSE = 11
 SYNC, SUMMARY = 12, 13
 WANT, BODIES = 14, 15
+#: The dialler's first frame: its proof over the answerer's challenge (`proof`).
+PROOF = 16
 NAMES = {
     value: name
     for name, value in globals().items()
@@ -120,6 +122,12 @@ class FrameReader:
 
 
 # -- the handshake ----------------------------------------------------------------------------
+#
+# The dialler's IDENTIFY carries its node ID, a nonce and an HMAC (of the shared secret) over
+# them; the answerer checks it and replies with its own node ID, an HMAC over the dialler's
+# nonce (the dialler knows it talks to a member) and a challenge of its own. The dialler's
+# first frame, PROOF, is an HMAC over both nonces: a recorded IDENTIFY replayed by someone
+# without the secret cannot answer a new challenge, so the answerer serves nothing before it.
 
 
 def _mac(secret: str, text: str) -> str:
@@ -137,8 +145,25 @@ def identify_key(secret: str, node_id: int) -> dict[str, Any]:
     }
 
 
-def check_identify_key(secret: str, node_id: int, raw: Any) -> tuple[int, dict[str, Any]]:
-    """Check a dialler's key; returns its node ID and the key of the reply. Raises
+class Inbound:
+    """What the answerer keeps of a dialler between its IDENTIFY and its PROOF."""
+
+    __slots__ = ("challenge", "nonce", "peer")
+
+    def __init__(self, peer: int, nonce: str, challenge: str) -> None:
+        self.peer = peer
+        self.nonce = nonce
+        self.challenge = challenge
+
+    def check_proof(self, secret: str, kind: int, header: dict[str, Any]) -> None:
+        """The dialler's first frame must be its PROOF. Raises WireError."""
+        expected = _mac(secret, f"proof:{self.peer}:{self.nonce}:{self.challenge}")
+        if kind != PROOF or not hmac.compare_digest(str(header.get("hmac")), expected):
+            raise WireError("replication peer failed the challenge")
+
+
+def check_identify_key(secret: str, node_id: int, raw: Any) -> tuple[Inbound, dict[str, Any]]:
+    """Check a dialler's key; returns what to keep of it and the key of the reply. Raises
     WireError (the connection is refused with E_IDENTIFY_FAILED)."""
     if not isinstance(raw, dict) or raw.get("version") != VERSION:
         raise WireError("unsupported replication version")
@@ -150,25 +175,29 @@ def check_identify_key(secret: str, node_id: int, raw: Any) -> tuple[int, dict[s
         raise WireError("replication secret mismatch")
     if peer == node_id:
         raise WireError(f"peer has this node's --node-id {node_id}")
+    challenge = secrets.token_hex(16)
     reply = {
         "version": VERSION,
         "node_id": node_id,
         "hmac": _mac(secret, f"answer:{node_id}:{nonce}"),
+        "challenge": challenge,
     }
-    return peer, reply
+    return Inbound(peer, nonce, challenge), reply
 
 
-def check_reply_key(secret: str, sent: dict[str, Any], raw: Any, node_id: int) -> int:
+def check_reply_key(secret: str, sent: dict[str, Any], raw: Any, node_id: int) -> tuple[int, bytes]:
     """Check the IDENTIFY reply's key (absent: the peer is not a trionsq member, e.g. Go
-    nsqd); returns the peer's node ID."""
+    nsqd); returns the peer's node ID and the PROOF frame to send first."""
     if not isinstance(raw, dict):
         raise WireError("the peer does not replicate (no replication key in its IDENTIFY reply)")
     peer = raw.get("node_id")
-    if not isinstance(peer, int):
+    challenge = raw.get("challenge")
+    if not isinstance(peer, int) or not isinstance(challenge, str):
         raise WireError("bad replication reply")
     expected = _mac(secret, f"answer:{peer}:{sent['nonce']}")
     if not hmac.compare_digest(str(raw.get("hmac")), expected):
         raise WireError("replication secret mismatch")
     if peer == node_id:
         raise WireError(f"peer has this node's --node-id {node_id}")
-    return peer
+    proof = _mac(secret, f"proof:{sent['node_id']}:{sent['nonce']}:{challenge}")
+    return peer, encode(PROOF, {"hmac": proof})
