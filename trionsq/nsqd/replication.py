@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -75,6 +75,8 @@ class Replication:
         assert self.nsqd._nursery is not None
         self.nsqd._nursery.start_soon(topic.replica.run, name=f"replication:{name}")
         self.nsqd._nursery.start_soon(topic.replica.flush_task, name=f"replication-flush:{name}")
+        if self.nsqd.options.sync_ack:
+            self.nsqd._nursery.start_soon(topic.replica.sync_task, name=f"replication-fsync:{name}")
         return topic
 
     def loading_or_remote(self, name: str) -> bool:
@@ -166,6 +168,17 @@ class Replication:
             now = trio.current_time()
             for replica in self.replicas():
                 replica.waiters.expire(now)
+
+    async def fsync_logs(self, topics: Iterable[str]) -> None:
+        """--sync-ack on a member: fsync the logs of `topics` before acknowledging what was
+        written to them (raises OSError)."""
+        handles = []
+        for name in topics:
+            replica = self.replica_of(name, create=False)
+            if replica is not None:
+                handles.append(replica.log.dup_handle())
+        if handles:
+            await self.nsqd.run_blocking(fsync_handles, handles)
 
     async def persist(self, topic: str) -> None:
         """Write nsqd.dat with the topic's epoch before going on (a promise is kept across

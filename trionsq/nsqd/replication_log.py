@@ -357,6 +357,10 @@ class ReplicationLog:
         self.write_fins()
         return [os.dup(fd) for fd in (self._fd, *self._fin_fds.values())]
 
+    def dup_handle(self) -> int:
+        """A duplicate of the log's descriptor, for `fsync_handles` in a worker thread."""
+        return os.dup(self._fd)
+
     def fsync(self) -> None:
         fsync_handles(self.sync_handles())
 

@@ -268,17 +268,22 @@ async def serve_inbound(repl: Replication, client: ClientV2, inbound: wire.Inbou
             # cumulative): one write and one ACK per batch under load.
             out: list[bytes] = []
             acks: dict[str, bytes] = {}
+            written: set[str] = set()
             while True:
                 kind, header, blob = await reader.next()
                 answers = await repl.handle_request(peer_id, kind, header, blob)
                 if kind == wire.MSGS and len(answers) == 1 and answers[0][4] == wire.ACK:
                     acks[header["topic"]] = answers[0]
+                    written.add(header["topic"])
                 else:
                     out += acks.values()
                     acks.clear()
                     out += answers
                 if not reader.ready():
                     break
+            if written and repl.nsqd.options.sync_ack:
+                # --sync-ack: a member acknowledges what it has fsynced.
+                await repl.fsync_logs(written)
             out += acks.values()
             if out:
                 await stream.send_all(b"".join(out))

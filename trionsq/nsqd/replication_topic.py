@@ -32,7 +32,7 @@ from .channel import Channel
 from .e2e_latency import E2ELatency, Result, disabled_result
 from .lookup import register, unregister
 from .replication_acks import AckQueue, Waiter
-from .replication_log import Record, ReplicationLog, decode_records, encode_records
+from .replication_log import Record, ReplicationLog, decode_records, encode_records, fsync_handles
 from .topic import Topic, TopicExiting
 from .wakeup import Wakeup
 
@@ -215,6 +215,11 @@ class TopicReplica:
         self.outbox: list[tuple[int, list[bytes]]] = []  # (due time, frames)
         self.outbox_count = 0
         self.flush_wake = Wakeup()
+        #: --sync-ack: messages accepted whose log records this node has fsynced, and the
+        #: wake-up of the task that fsyncs (`sync_task`).
+        self.sync_ack = nsqd.options.sync_ack
+        self.synced = 0
+        self.sync_wake = Wakeup()
         self.members: dict[int, Member] = {}
         self.syncing: set[int] = set()
         self.waiters = AckQueue()
@@ -265,6 +270,24 @@ class TopicReplica:
             await self.flush_wake.wait()
             self.flush()
 
+    async def sync_task(self) -> None:
+        """--sync-ack: fsync the log after writes (one fsync for every write made while the
+        previous one ran: a group commit), then release the publishers it covers."""
+        while not self.topic.exiting:
+            await self.sync_wake.wait()
+            target = self.accepted - self.outbox_count
+            try:
+                await self.repl.nsqd.run_blocking(fsync_handles, [self.log.dup_handle()])
+            except OSError as err:
+                reason = f"failed to fsync replication log - {err.strerror or err}"
+                log.error("REPLICATION(%s): %s", self.name, reason)
+                self.repl.nsqd.health = f"NOK - {reason}"
+                self._fail_waiters()
+                continue
+            if target > self.synced:
+                self.synced = target
+                self._release_waiters()
+
     def flush(self) -> None:
         """Write what `publish` accepted to the log, and stream it as the primary. A disk
         that refuses fails every waiting PUB (E_PUB_FAILED) and marks nsqd unhealthy."""
@@ -280,6 +303,8 @@ class TopicReplica:
             self.repl.nsqd.health = f"NOK - {reason}"
             self._fail_waiters()
             return
+        if self.sync_ack:
+            self.sync_wake.set()
         if self.role == PRIMARY:
             if len(self.members) < self.quorum - 1:
                 self.under_replicated += count
@@ -309,16 +334,17 @@ class TopicReplica:
             self._release_waiters()
 
     def quorum_total(self) -> int:
-        """Messages accepted so far that a quorum (this node included) has written."""
+        """Messages accepted so far that a quorum (this node included) has written (and,
+        with --sync-ack, fsynced: the members acknowledge only once fsynced)."""
         need = self.quorum - 1
-        if need <= 0:
-            return self.accepted
-        acks = sorted((m.acked for m in self.members.values()), reverse=True)
-        if len(acks) >= need:
-            return acks[need - 1]
-        if self.repl.nsqd.options.replication_degraded == "accept" and self.role == PRIMARY:
-            return self.accepted
-        return -1
+        total = self.accepted
+        if need > 0:
+            acks = sorted((m.acked for m in self.members.values()), reverse=True)
+            if len(acks) >= need:
+                total = acks[need - 1]
+            elif self.repl.nsqd.options.replication_degraded != "accept" or self.role != PRIMARY:
+                return -1
+        return min(total, self.synced) if self.sync_ack else total
 
     def acknowledged(self, node_id: int, epoch: int, total: int) -> None:
         member = self.members.get(node_id)
@@ -441,6 +467,8 @@ class TopicReplica:
             if answer is None or answer[0] != wire.BODIES:
                 return False
             written = self.log.append(decode_records(answer[2]), known=held)
+            if written and self.sync_ack:
+                self.sync_wake.set()
             if written and self.role == PRIMARY:
                 # Messages only the peer had: served, and sent to the other members.
                 records = decode_records(written)
