@@ -524,23 +524,32 @@ async def test_unreplicated_publish_does_not_wait_for_a_replicated_topic(tmp_pat
         cluster.stop()
 
 
+async def primary_left_alone(
+    nursery: trio.Nursery, tmp_path: Path, ack_timeout: float
+) -> tuple[Cluster, NSQD]:
+    """Node 1, primary of "rt" (one message published), after both replicas crashed, with a
+    lease long enough to outlast the test: its PUBs wait for a quorum."""
+    cluster = Cluster(
+        nursery,
+        tmp_path,
+        replication_lease=5.0,
+        replication_failover_timeout=6.0,
+        replication_ack_timeout=ack_timeout,
+    )
+    await cluster.start_all()
+    n1 = cluster.nodes[0]
+    assert n1 is not None
+    assert await publish(n1, "rt", [b"first"]) == [b"first"]
+    cluster.crash(1)
+    cluster.crash(2)
+    return cluster, n1
+
+
 async def test_answers_of_a_held_publish_stay_in_order(tmp_path: Path) -> None:
     """A PUB waits for a quorum while the connection reads on (its answers are held, not its
     task): a command read meanwhile is answered after the PUB's OK, never before."""
     async with trio.open_nursery() as nursery:
-        cluster = Cluster(
-            nursery,
-            tmp_path,
-            replication_lease=5.0,
-            replication_failover_timeout=6.0,
-            replication_ack_timeout=5.0,
-        )
-        await cluster.start_all()
-        n1 = cluster.nodes[0]
-        assert n1 is not None
-        assert await publish(n1, "rt", [b"first"]) == [b"first"]
-        cluster.crash(1)
-        cluster.crash(2)
+        cluster, n1 = await primary_left_alone(nursery, tmp_path, ack_timeout=5.0)
         conn = await Conn.open(n1)
         await conn.send(pub("rt", b"held"))
         await trio.sleep(0.2)  # no quorum: the OK is held
@@ -575,19 +584,7 @@ async def test_pipelined_publishes_are_all_answered(tmp_path: Path) -> None:
 async def test_publish_without_a_quorum_in_time_fails_and_closes(tmp_path: Path) -> None:
     """--replication-ack-timeout, checked while the primary still holds its lease."""
     async with trio.open_nursery() as nursery:
-        cluster = Cluster(
-            nursery,
-            tmp_path,
-            replication_lease=5.0,
-            replication_failover_timeout=6.0,
-            replication_ack_timeout=0.3,
-        )
-        await cluster.start_all()
-        n1 = cluster.nodes[0]
-        assert n1 is not None
-        assert await publish(n1, "rt", [b"one"]) == [b"one"]
-        cluster.crash(1)
-        cluster.crash(2)
+        cluster, n1 = await primary_left_alone(nursery, tmp_path, ack_timeout=0.3)
         conn = await Conn.open(n1)
         await conn.send(pub("rt", b"two"))
         with trio.fail_after(2.0):

@@ -90,8 +90,9 @@ class AckQueue:
             entry[3].done(False)
 
 
-class TaskWaiter:
-    """A task parked until its waits are done (`wait`); False if any failed."""
+class _Countdown:
+    """Waits for `count` things, each ending with `done(ok)`; `finished` runs after the
+    last. A task may park in `wait` meanwhile."""
 
     __slots__ = ("_failed", "_pending", "_task")
 
@@ -104,12 +105,23 @@ class TaskWaiter:
         self._pending -= 1
         if not ok:
             self._failed = True
+        if self._pending <= 0:
+            self.finished()
+
+    def finished(self) -> None:
+        self._wake()
+
+    def _wake(self) -> bool:
+        """Reschedule the task parked in `wait`, if any."""
         task = self._task
-        if self._pending <= 0 and task is not None:
-            self._task = None
-            trio.lowlevel.reschedule(task, outcome.Value(None))
+        if task is None:
+            return False
+        self._task = None
+        trio.lowlevel.reschedule(task, outcome.Value(None))
+        return True
 
     async def wait(self) -> bool:
+        """Until every thing is done; False if one failed."""
         if self._pending > 0:
             self._task = trio.lowlevel.current_task()
 
@@ -119,6 +131,12 @@ class TaskWaiter:
 
             await trio.lowlevel.wait_task_rescheduled(abort)
         return not self._failed
+
+
+class TaskWaiter(_Countdown):
+    """A task parked until its waits are done (`wait`)."""
+
+    __slots__ = ()
 
 
 async def wait_replicated(owed: dict[TopicReplica, int]) -> bool:
@@ -131,39 +149,30 @@ async def wait_replicated(owed: dict[TopicReplica, int]) -> bool:
     return await waiter.wait()
 
 
-class HeldAnswers:
+class HeldAnswers(_Countdown):
     """A connection's answers held until every replicated topic its read batch published to
     has the messages on a quorum. On failure its output is replaced by a fatal E_PUB_FAILED
-    and the connection closes (the publisher sees no OK and publishes again)."""
+    and the connection closes (the publisher sees no OK and publishes again). If the command
+    loop reads more meanwhile, it waits (`wait`: False when the answers failed, the output
+    then holds the error to send before closing)."""
 
-    __slots__ = ("_client", "_failed", "_pending", "_task")
+    __slots__ = ("_client",)
 
     def __init__(self, client: ClientV2, count: int) -> None:
+        super().__init__(count)
         self._client = client
-        self._pending = count
-        self._failed = False
-        self._task: trio.lowlevel.Task | None = None
         client.holding = True
         client.held = self
 
-    def done(self, ok: bool) -> None:
-        self._pending -= 1
-        if not ok:
-            self._failed = True
-        if self._pending > 0:
-            return
+    def finished(self) -> None:
         client = self._client
         client.holding = False
         if not self._failed:
             client.held = None  # (a failed one stays: the command loop reads no more)
-        task = self._task
         if self._failed:
             client.out = bytearray(encode_error(NOT_DURABLE.body))
-        if task is not None:
-            # The command loop waits in `wait`: it sends (or closes) itself.
-            self._task = None
-            trio.lowlevel.reschedule(task, outcome.Value(None))
-            return
+        if self._wake():
+            return  # the command loop waited in `wait`: it sends (or closes) itself
         if client.state == STATE_DISCONNECTED:
             return
         if self._failed:
@@ -174,19 +183,6 @@ class HeldAnswers:
         client.send_now()
         if client.out:
             start_pump(client)  # what the socket did not take now (or a TLS stream's)
-
-    async def wait(self) -> bool:
-        """The command loop read more before the release: wait for it. False: the answers
-        failed (the output holds the error; close the connection after sending it)."""
-        if self._pending > 0:
-            self._task = trio.lowlevel.current_task()
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                self._task = None
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
-        return not self._failed
 
 
 async def _send_then_close(client: ClientV2) -> None:

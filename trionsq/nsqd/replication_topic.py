@@ -279,10 +279,7 @@ class TopicReplica:
             try:
                 await self.repl.nsqd.run_blocking(fsync_handles, [self.log.dup_handle()])
             except OSError as err:
-                reason = f"failed to fsync replication log - {err.strerror or err}"
-                log.error("REPLICATION(%s): %s", self.name, reason)
-                self.repl.nsqd.health = f"NOK - {reason}"
-                self._fail_waiters()
+                self._disk_failed("fsync", err)
                 continue
             if target > self.synced:
                 self.synced = target
@@ -298,10 +295,7 @@ class TopicReplica:
         try:
             written = self.log.append_frames(batches)
         except OSError as err:
-            reason = f"failed to write replication log - {err.strerror or err}"
-            log.error("REPLICATION(%s): %s", self.name, reason)
-            self.repl.nsqd.health = f"NOK - {reason}"
-            self._fail_waiters()
+            self._disk_failed("write", err)
             return
         if self.sync_ack:
             self.sync_wake.set()
@@ -309,6 +303,13 @@ class TopicReplica:
             if len(self.members) < self.quorum - 1:
                 self.under_replicated += count
             self._stream(written)
+
+    def _disk_failed(self, what: str, err: OSError) -> None:
+        """The log's disk refused: every waiting PUB fails (E_PUB_FAILED), nsqd is unhealthy."""
+        reason = f"failed to {what} replication log - {err.strerror or err}"
+        log.error("REPLICATION(%s): %s", self.name, reason)
+        self.repl.nsqd.health = f"NOK - {reason}"
+        self._fail_waiters()
 
     def _stream(self, encoded: bytes) -> None:
         """Send records (encoded as the log holds them) to every member."""
