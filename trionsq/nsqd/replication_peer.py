@@ -191,6 +191,8 @@ class Peer:
         reader = wire.FrameReader(stream)
         while True:
             kind, header, blob = await reader.next()
+            if kind == wire.DELETED:
+                self.repl.deleted_by_peer(self, header)
             rid = header.get("rid")
             if isinstance(rid, int):
                 waiting = self._pending.get(rid)
@@ -230,6 +232,20 @@ async def serve_inbound(repl: Replication, client: ClientV2, peer_id: int) -> No
         stream = DirectSocketStream(stream.socket_stream, 0.0)
     reader = wire.FrameReader(stream)
     log.info("REPLICATION: node %d connected (%s)", peer_id, client.remote_address)
+    lock = trio.Lock()
+
+    async def send(data: bytes) -> None:
+        # A forwarded admin action is answered by its own task, once done (`answer_forward`):
+        # one sender at a time (acquired without a checkpoint when free, the usual case).
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            await stream.send_all(data)
+        finally:
+            lock.release()
+
     try:
         while True:
             # Every request already received is handled before the answers go out together,
@@ -239,7 +255,11 @@ async def serve_inbound(repl: Replication, client: ClientV2, peer_id: int) -> No
             acks: dict[str, bytes] = {}
             while True:
                 kind, header, blob = await reader.next()
-                answers = await repl.handle_request(peer_id, kind, header, blob)
+                if kind == wire.FORWARD:
+                    repl.spawn(repl.answer_forward, peer_id, header, send)
+                    answers = []
+                else:
+                    answers = await repl.handle_request(peer_id, kind, header, blob)
                 if kind == wire.MSGS and len(answers) == 1 and answers[0][4] == wire.ACK:
                     acks[header["topic"]] = answers[0]
                 else:
@@ -250,6 +270,6 @@ async def serve_inbound(repl: Replication, client: ClientV2, peer_id: int) -> No
                     break
             out += acks.values()
             if out:
-                await stream.send_all(b"".join(out))
+                await send(b"".join(out))
     except (trio.BrokenResourceError, trio.ClosedResourceError, wire.WireError, OSError) as err:
         log.info("REPLICATION: node %d disconnected - %s", peer_id, err)

@@ -34,6 +34,15 @@ PREPARE, PROMISE = 9, 10
 REFUSE = 11
 SYNC, SUMMARY = 12, 13
 WANT, BODIES = 14, 15
+# Admin actions (replication_admin.py): a topic's pause/unpause/empty/delete and the state a
+# joining member gets (TOPIC, one-way, in order with the stream); a request answered once
+# every frame sent before it is applied and on disk (BARRIER); an HTTP admin action a replica
+# forwards to the primary (FORWARD); the answer about a topic deleted in a later epoch than
+# the asker's copy (DELETED).
+TOPIC = 16
+BARRIER, BARRIER_ACK = 17, 18
+FORWARD, FORWARD_REPLY = 19, 20
+DELETED = 21
 NAMES = {
     value: name
     for name, value in globals().items()
