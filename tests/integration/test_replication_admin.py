@@ -347,6 +347,9 @@ async def test_an_admin_action_sent_to_a_replica_is_done_by_the_primary(tmp_path
             404,
             {"message": "TOPIC_NOT_FOUND"},
         )
+        assert answer(await post(n2, "/topic/delete?topic=rt")) == (200, None)
+        assert "rt" not in n1.topics and "rt" not in n2.topics
+        await cluster.until(lambda: "rt" not in node(cluster, 2).topics)
         # An unreplicated topic's actions stay where they are sent.
         assert await publish(n2, "plain", [b"x"]) == [b"x"]
         assert answer(await post(n2, "/topic/pause?topic=plain")) == (200, None)

@@ -425,6 +425,7 @@ class TopicReplica:
     def deleted(self) -> None:
         """The topic was deleted: its admin file goes, waiting PUBs fail, tasks end."""
         self.admin.delete()
+        self.outbox, self.outbox_count = [], 0
         self._fail_waiters()
         self.flush_wake.set()
 
