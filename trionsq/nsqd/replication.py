@@ -149,7 +149,10 @@ class Replication:
             nursery.start_soon(self._expire_loop, name="replication-ack-timeouts")
             for replica in self.replicas():
                 # nsqd.dat named a topic deleted before it stopped (its delete cut short).
-                self.delete_stale(replica.name, replica.floor, "deleted before a restart")
+                try:
+                    self.delete_stale(replica.name, replica.floor, "deleted before a restart")
+                except OSError as err:
+                    log.error("REPLICATION(%s): failed to delete - %s", replica.name, err)
             task_status.started()
             await trio.sleep_forever()
 

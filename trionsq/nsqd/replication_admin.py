@@ -77,26 +77,13 @@ async def perform(
     need = replica.quorum - 1
     if nsqd.options.replication_degraded == "accept":
         need = min(need, len(members))
-    if action in CHANNEL_ACTIONS:
-        assert channel is not None
-        if action == "channel_create":
-            topic.get_channel(channel)
-        else:
-            found = topic.channels.get(channel)
-            if found is None:
-                return 404, "CHANNEL_NOT_FOUND"
-            if action == "channel_delete":
-                topic.delete_channel(channel)
-            elif action == "channel_empty":
-                _empty_channel(replica, found)
-            else:
-                _pause_channel(replica, found, action == "channel_pause")
-    elif action == "topic_delete":
-        _delete_topic(replica)
-    elif action == "topic_empty":
-        _empty_topic(replica)
-    else:
-        _pause_topic(replica, action == "topic_pause")
+    try:
+        refused = _apply(replica, topic, action, channel)
+    except OSError as err:  # the admin file, the emptied set, a FIN file
+        log.error("REPLICATION(%s): %s failed - %s", replica.name, action, err)
+        return 500, "INTERNAL_ERROR"
+    if refused is not None:
+        return refused
     if action in _PERSISTED and not await nsqd.metadata.flush():
         return 500, "INTERNAL_ERROR"
     timeout = nsqd.options.replication_ack_timeout
@@ -106,6 +93,33 @@ async def perform(
         )
         return 503, "REPLICATION_TIMEOUT"
     return OK
+
+
+def _apply(
+    replica: TopicReplica, topic: ReplicatedTopic, action: str, channel: str | None
+) -> Answer | None:
+    """Do the action here and send it to the members; an answer if it is refused."""
+    if action in CHANNEL_ACTIONS:
+        assert channel is not None
+        if action == "channel_create":
+            topic.get_channel(channel)
+            return None
+        found = topic.channels.get(channel)
+        if found is None:
+            return 404, "CHANNEL_NOT_FOUND"
+        if action == "channel_delete":
+            topic.delete_channel(channel)
+        elif action == "channel_empty":
+            _empty_channel(replica, found)
+        else:
+            _pause_channel(replica, found, action == "channel_pause")
+    elif action == "topic_delete":
+        _delete_topic(replica)
+    elif action == "topic_empty":
+        _empty_topic(replica)
+    else:
+        _pause_topic(replica, action == "topic_pause")
+    return None
 
 
 def _versioned(replica: TopicReplica) -> Version:

@@ -482,11 +482,12 @@ class TopicReplica:
 
     def merge_admin(self, raw: Any, emptied: list[bytes]) -> None:
         """Adopt another member's newer admin entries and its emptied IDs; as the primary,
-        pass what changed on to the members. Raises wire.WireError on a malformed state."""
+        pass what changed on to the members. A malformed state is logged and left out."""
         try:
             changed = self.admin.merge(raw)
         except ValueError as err:
-            raise wire.WireError(f"bad admin state - {err}") from None
+            log.error("REPLICATION(%s): ignoring a bad admin state - %s", self.name, err)
+            changed = False
         if changed:
             self.admin.save()
             if self.role != CANDIDATE:  # a candidate applies them as it takes office
