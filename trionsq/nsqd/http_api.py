@@ -39,7 +39,7 @@ from ..http_common import (
 from ..logs import set_log_level
 from ..options import GoParseError, parse_duration
 from ..protocol.errors import ProtocolError
-from ..protocol.names import is_valid_channel_name, is_valid_topic_name
+from ..protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
 from ..protocol.parser import CommandParser
 from .backend import BackendError
 from .bounds import BoundsError, LimitOverride, QueueFull, limits_json
@@ -48,6 +48,8 @@ from .dead_letter_names import MAX_ATTEMPTS_LIMIT
 from .peek import parse_n, peek_channel, peek_topic
 from .prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from .prometheus import render_prometheus
+from .replication_admin import act, take_over
+from .replication_topic import ReplicatedTopic
 from .stats import format_text, snapshot
 from .topic import Topic, TopicExiting
 
@@ -104,6 +106,18 @@ def existing_topic(nsqd: NSQD, params: dict[str, list[str]], validate: bool) -> 
     if topic is None:
         raise HTTPError(404, "TOPIC_NOT_FOUND")
     return topic
+
+
+async def replicated_admin(topic: Topic, action: str, channel: str | None = None) -> bool:
+    """An admin action on a replicated topic (replication_admin.py): done by the primary
+    with its members, forwarded to it from a replica; raises HTTPError with the answer if it
+    is not 200. False for any other topic (and an ephemeral channel): the caller acts here."""
+    if not isinstance(topic, ReplicatedTopic) or (channel is not None and is_ephemeral(channel)):
+        return False
+    status, message = await act(topic, action, channel)
+    if status != 200:
+        raise HTTPError(status, message or "INTERNAL_ERROR")
+    return True
 
 
 # -- the app --------------------------------------------------------------------------------
@@ -240,26 +254,49 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
             raise HTTPError(400, "MISSING_ARG_TOPIC")
         if name not in nsqd.topics:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
+        if await replicated_admin(nsqd.topics[name], "topic_delete"):
+            return
         nsqd.delete_topic(name)
         await persisted()
 
     @route("/topic/empty", ["POST"])
     async def topic_empty() -> None:
-        existing_topic(nsqd, query(), validate=True).empty()
+        topic = existing_topic(nsqd, query(), validate=True)
+        if not await replicated_admin(topic, "topic_empty"):
+            topic.empty()
 
     @route("/topic/pause", ["POST"])
     async def topic_pause() -> None:
-        existing_topic(nsqd, query(), validate=False).pause()
+        topic = existing_topic(nsqd, query(), validate=False)
+        if await replicated_admin(topic, "topic_pause"):
+            return
+        topic.pause()
         await persisted()
 
     @route("/topic/unpause", ["POST"])
     async def topic_unpause() -> None:
-        existing_topic(nsqd, query(), validate=False).unpause()
+        topic = existing_topic(nsqd, query(), validate=False)
+        if await replicated_admin(topic, "topic_unpause"):
+            return
+        topic.unpause()
         await persisted()
+
+    @route("/topic/takeover", ["POST"])
+    async def topic_takeover() -> None:
+        """Beyond NSQ (docs/replication.md section 8): the survivor of a two-member replica
+        set takes over a replicated topic alone, its vote counted twice."""
+        topic = existing_topic(nsqd, query(), validate=True)
+        if not isinstance(topic, ReplicatedTopic):
+            raise HTTPError(400, "TOPIC_NOT_REPLICATED")
+        status, message = await take_over(topic)
+        if status != 200:
+            raise HTTPError(status, message or "INTERNAL_ERROR")
 
     @route("/channel/create", ["POST"])
     async def channel_create() -> None:
         topic, channel_name = existing_topic_and_channel_name(nsqd, query())
+        if await replicated_admin(topic, "channel_create", channel_name):
+            return
         topic.get_channel(channel_name)
         await persisted()
 
@@ -270,23 +307,34 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
             raise HTTPError(404, "CHANNEL_NOT_FOUND")
         return topic, channel
 
+    async def replicated_channel_admin(action: str) -> bool:
+        topic, channel_name = existing_topic_and_channel_name(nsqd, query())
+        return await replicated_admin(topic, action, channel_name)
+
     @route("/channel/delete", ["POST"])
     async def channel_delete() -> None:
+        if await replicated_channel_admin("channel_delete"):
+            return
         topic, channel = existing_channel()
         topic.delete_channel(channel.name)
         await persisted()
 
     @route("/channel/empty", ["POST"])
     async def channel_empty() -> None:
-        existing_channel()[1].empty()
+        if not await replicated_channel_admin("channel_empty"):
+            existing_channel()[1].empty()
 
     @route("/channel/pause", ["POST"])
     async def channel_pause() -> None:
+        if await replicated_channel_admin("channel_pause"):
+            return
         existing_channel()[1].pause()
         await persisted()
 
     @route("/channel/unpause", ["POST"])
     async def channel_unpause() -> None:
+        if await replicated_channel_admin("channel_unpause"):
+            return
         existing_channel()[1].unpause()
         await persisted()
 

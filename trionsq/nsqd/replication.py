@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..protocol.names import is_ephemeral
+from . import replication_admin as admin
 from . import replication_wire as wire
 from .backend import Backend
 from .replication_acks import HeldAnswers
+from .replication_admin_state import Tombstones
 from .replication_log import fsync_handles
 from .replication_peer import Peer, serve_inbound
 from .replication_topic import ReplicatedTopic, TopicReplica
@@ -55,6 +57,8 @@ class Replication:
         self.quorum = (len(self.peers) + 1) // 2 + 1
         #: Epochs nsqd.dat holds, until their topics are created at load.
         self.saved_epochs: dict[str, int] = {}
+        #: Replicated topics deleted, and the epoch below which a copy is of the deleted one.
+        self.tombstones = Tombstones(self.data_path)
         #: Topics created because a peer named them (replicated whatever the patterns say).
         self._remote: set[str] = set()
         self.loading = False
@@ -81,6 +85,19 @@ class Replication:
 
     def loading_or_remote(self, name: str) -> bool:
         return self.loading or name in self._remote
+
+    def forget(self, name: str) -> None:
+        """The topic is being deleted."""
+        self._remote.discard(name)
+
+    def delete_stale(self, name: str, floor: int, why: str) -> bool:
+        """Delete this member's copy of a topic if it is of an epoch below `floor` (of a
+        topic deleted meanwhile); True if it did."""
+        topic = self.nsqd.topics.get(name)
+        if isinstance(topic, ReplicatedTopic) and topic.replica.epoch < floor:
+            admin.delete_here(self, name, floor, why)
+            return True
+        return False
 
     def replica_of(self, name: str, create: bool) -> TopicReplica | None:
         topic = self.nsqd.topics.get(name)
@@ -148,6 +165,12 @@ class Replication:
                 nursery.start_soon(peer.run, name=f"replication-peer:{peer.address}")
             nursery.start_soon(self._sync_loop, name="replication-log-sync")
             nursery.start_soon(self._expire_loop, name="replication-ack-timeouts")
+            for replica in self.replicas():
+                # nsqd.dat named a topic deleted before it stopped (its delete cut short).
+                try:
+                    self.delete_stale(replica.name, replica.floor, "deleted before a restart")
+                except OSError as err:
+                    log.error("REPLICATION(%s): failed to delete - %s", replica.name, err)
             task_status.started()
             await trio.sleep_forever()
 
@@ -235,10 +258,27 @@ class Replication:
         name = header.get("topic")
         if not isinstance(name, str):
             raise wire.WireError("request without a topic")
+        if kind == wire.BARRIER:
+            return await admin.on_barrier(self, header)
+        if kind != wire.MSGS:
+            # A topic deleted in a later epoch than the sender's copy, or a copy here of a
+            # topic deleted before the sender's was created (docs/replication.md, 13).
+            floor = header.get("floor")
+            if isinstance(floor, int):
+                self.delete_stale(name, floor, f"node {sender} leads it since")
+            epoch = header.get("epoch")
+            deleted = self.tombstones.floor(name)
+            if name not in self.nsqd.topics and isinstance(epoch, int) and epoch < deleted:
+                answer = {"topic": name, "floor": deleted, "rid": header.get("rid")}
+                return [wire.encode(wire.DELETED, answer)]
         creates = kind in (wire.PREVOTE, wire.PREPARE, wire.SYNC, wire.HEARTBEAT, wire.MSGS)
         replica = self.replica_of(name, create=creates)
         if replica is None:
             return []
+        if kind == wire.TOPIC:
+            return admin.on_topic(self, replica, sender, header, blob)
+        if kind == wire.CHANNEL and header.get("op") in admin.CHANNEL_OPS:
+            return admin.on_channel_op(replica, sender, header, blob)
         if kind == wire.MSGS:
             return replica.on_msgs(sender, header, blob)
         if kind == wire.HEARTBEAT:
@@ -256,6 +296,23 @@ class Replication:
         if kind == wire.WANT:
             return replica.on_want(header, blob)
         raise wire.WireError(f"unexpected request {wire.NAMES.get(kind, kind)}")
+
+    async def answer_forward(
+        self, sender: int, header: dict[str, Any], send: Callable[[bytes], Awaitable[None]]
+    ) -> None:
+        """A replica forwarded an HTTP admin action (FORWARD): answer it when it is done,
+        while the connection serves the peer's other requests."""
+        reply = await admin.answer_forwarded(self, sender, header)
+        try:
+            await send(reply)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+    def deleted_by_peer(self, peer: Peer, header: dict[str, Any]) -> None:
+        """A DELETED answer: the peer deleted the topic after this node's copy's epoch."""
+        name, floor = header.get("topic"), header.get("floor")
+        if isinstance(name, str) and isinstance(floor, int):
+            self.delete_stale(name, floor, f"node {peer.node_id} deleted it")
 
     def handle_answer(self, peer: Peer, kind: int, header: dict[str, Any], blob: bytes) -> None:
         name = header.get("topic")

@@ -5,7 +5,9 @@ files in the data path, written only for replicated topics:
 - ``<topic>.replication.log``: the messages, appended (write(2) before a publish counts),
   each record ``[4-byte length][8-byte due time, Unix ns, 0: now][framed message]``;
 - ``<topic>:<channel>.replication.fin``: the IDs the channel has finished, 16 bytes each,
-  appended; the file's existence says the channel exists.
+  appended; the file's existence says the channel exists;
+- ``<topic>.replication.emptied``: the IDs an HTTP ``/topic/empty`` dropped from the topic's
+  queue (finished for every channel, those created later included), once there are some.
 
 Every member, the primary included, keeps it: the channels' ordinary queues are rebuilt from
 it ("the log minus the finished set") when a member takes office, so whatever a node held
@@ -31,6 +33,7 @@ log = logging.getLogger("trionsq.nsqd")
 
 LOG_SUFFIX = ".replication.log"
 FIN_SUFFIX = ".replication.fin"
+EMPTIED_SUFFIX = ".replication.emptied"
 _HEAD = struct.Struct(">IQ")
 ID_SIZE = 16
 #: Dropped IDs remembered (in memory: forgotten at restart, which costs duplicates only).
@@ -164,6 +167,8 @@ class ReplicationLog:
         #: IDs compaction dropped (finished by every channel), the latest DROPPED_MAX: a
         #: member that still holds one is told it is finished rather than asked for it.
         self.dropped: dict[bytes, None] = {}
+        #: IDs /topic/empty dropped: finished for every channel, present and future.
+        self.emptied: set[bytes] = set()
         self._load()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -193,11 +198,18 @@ class ReplicationLog:
                 whole = len(raw) - len(raw) % ID_SIZE
                 done = {raw[i : i + ID_SIZE] for i in range(0, whole, ID_SIZE)}
                 self.finished[channel] = done & held
+        try:
+            with open(self._emptied_path(), "rb") as f:
+                raw = f.read()
+            whole = len(raw) - len(raw) % ID_SIZE
+            self.emptied = {raw[i : i + ID_SIZE] for i in range(0, whole, ID_SIZE)} & held
+        except FileNotFoundError:
+            pass
         self.dead = self._count_dead(held)
 
     def _count_dead(self, held: set[bytes]) -> int:
         if not self.finished:
-            return 0
+            return len(self.emptied & held)
         sets = list(self.finished.values())
         return len(set.intersection(*sets) & held)
 
@@ -290,6 +302,7 @@ class ReplicationLog:
             return
         sets = list(self.finished.values())
         skip = set.intersection(*sets) if sets else set()
+        skip |= self.emptied
         self.finished[channel] = set()
         self._fin_fd(channel)
         self.finish(channel, skip)
@@ -336,6 +349,29 @@ class ReplicationLog:
             if channel in self.finished:
                 os.write(self._fin_fd(channel), b"".join(ids))
 
+    def empty_topic(self, ids: Iterable[bytes]) -> int:
+        """Record IDs dropped from the topic's queue (/topic/empty): finished for every
+        channel and for those created later (written and fsynced at once: an admin action,
+        acknowledged once on disk); returns how many were new."""
+        new = [i for i in dict.fromkeys(ids) if i not in self.emptied]
+        if not new:
+            return 0
+        self.emptied.update(new)
+        fd = os.open(self._emptied_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"".join(new))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        for channel in list(self.finished):
+            self.finish(channel, new)
+        self.write_fins()
+        self.dead = self._count_dead(self.ids())
+        return len(new)
+
+    def _emptied_path(self) -> str:
+        return os.path.join(self.data_path, self.topic + EMPTIED_SUFFIX)
+
     def unfinished(self, channel: str) -> int:
         return self.count - len(self.finished.get(channel, ()))
 
@@ -370,7 +406,7 @@ class ReplicationLog:
         if self.dead < COMPACT_MIN or self.dead < self.count - self.dead:
             return False
         sets = list(self.finished.values())
-        gone = set.intersection(*sets) if sets else set()
+        gone = set.intersection(*sets) if sets else set(self.emptied)
         live = [r for r in self.records() if framed_id(r[1]) not in gone]
         live_ids = {framed_id(frame) for _, frame in live}
         self._fins_unwritten.clear()  # the FIN files are rewritten from the sets below
@@ -392,6 +428,14 @@ class ReplicationLog:
             path = self._fin_path(channel)
             with open(path + ".tmp", "wb") as f:
                 f.write(b"".join(done))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(path + ".tmp", path)
+        if self.emptied:
+            self.emptied &= live_ids
+            path = self._emptied_path()
+            with open(path + ".tmp", "wb") as f:
+                f.write(b"".join(self.emptied))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(path + ".tmp", path)
@@ -418,7 +462,8 @@ class ReplicationLog:
         self.close()
         for channel in list(self.finished):
             self.delete_channel(channel)
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        for path in (self.path, self._emptied_path()):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

@@ -207,6 +207,8 @@ class Peer:
         reader = wire.FrameReader(stream)
         while True:
             kind, header, blob = await reader.next()
+            if kind == wire.DELETED:
+                self.repl.deleted_by_peer(self, header)
             rid = header.get("rid")
             if isinstance(rid, int):
                 waiting = self._pending.get(rid)
@@ -261,6 +263,20 @@ async def serve_inbound(repl: Replication, client: ClientV2, inbound: wire.Inbou
         log.error("REPLICATION: node %d refused (%s) - %s", peer_id, client.remote_address, err)
         return
     log.info("REPLICATION: node %d connected (%s)", peer_id, client.remote_address)
+    lock = trio.Lock()
+
+    async def send(data: bytes) -> None:
+        # A forwarded admin action is answered by its own task, once done (`answer_forward`):
+        # one sender at a time (acquired without a checkpoint when free, the usual case).
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            await stream.send_all(data)
+        finally:
+            lock.release()
+
     try:
         while True:
             # Every request already received is handled before the answers go out together,
@@ -271,7 +287,11 @@ async def serve_inbound(repl: Replication, client: ClientV2, inbound: wire.Inbou
             written: set[str] = set()
             while True:
                 kind, header, blob = await reader.next()
-                answers = await repl.handle_request(peer_id, kind, header, blob)
+                if kind == wire.FORWARD:
+                    repl.spawn(repl.answer_forward, peer_id, header, send)
+                    answers = []
+                else:
+                    answers = await repl.handle_request(peer_id, kind, header, blob)
                 if kind == wire.MSGS and len(answers) == 1 and answers[0][4] == wire.ACK:
                     acks[header["topic"]] = answers[0]
                     written.add(header["topic"])
@@ -286,6 +306,6 @@ async def serve_inbound(repl: Replication, client: ClientV2, inbound: wire.Inbou
                 await repl.fsync_logs(written)
             out += acks.values()
             if out:
-                await stream.send_all(b"".join(out))
+                await send(b"".join(out))
     except (trio.BrokenResourceError, trio.ClosedResourceError, wire.WireError, OSError) as err:
         log.info("REPLICATION: node %d disconnected - %s", peer_id, err)

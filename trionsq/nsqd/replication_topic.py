@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..protocol.message import framed_id
+from ..protocol.names import is_ephemeral
 from . import replication_wire as wire
 from .backend import Backend, from_wall_ns, to_wall_ns
 from .channel import Channel
 from .e2e_latency import E2ELatency, Result, disabled_result
 from .lookup import register, unregister
 from .replication_acks import AckQueue, Waiter
+from .replication_admin_state import AdminState, parse_version
 from .replication_log import Record, ReplicationLog, decode_records, encode_records, fsync_handles
 from .topic import Topic, TopicExiting
 from .wakeup import Wakeup
@@ -102,7 +104,9 @@ class ReplicatedTopic(Topic):
         if self.exiting:
             raise TopicExiting("exiting")
         replica = self.replica
-        if replica.role == REPLICA and (replica.primary is not None or replica.epoch):
+        if replica.role == REPLICA and (
+            replica.primary is not None or replica.epoch != replica.floor
+        ):
             # Held only by a candidate, or while a new topic's first election runs.
             raise TopicExiting(replica.not_primary())
         due = to_wall_ns(trio.current_time() + defer) if defer > 0 else 0
@@ -116,6 +120,9 @@ class ReplicatedTopic(Topic):
         finished = self.replica.log.finished
         now_ns = time.time_ns()
         if not self.channels:
+            emptied = self.replica.log.emptied
+            if emptied:
+                records = [r for r in records if framed_id(r[1]) not in emptied]
             frames = [frame for due, frame in records if due <= now_ns]
             later = [(frame, from_wall_ns(due)) for due, frame in records if due > now_ns]
             if frames:
@@ -173,6 +180,7 @@ class ReplicatedTopic(Topic):
     def delete(self) -> None:
         super().delete()
         self.replica.log.delete()
+        self.replica.deleted()
 
 
 class Member:
@@ -198,8 +206,17 @@ class TopicReplica:
         nsqd = repl.nsqd
         self.node_id = nsqd.options.node_id
         self.log = ReplicationLog(repl.data_path, topic.name)
+        #: Paused states and deleted channels, versioned (replication_admin_state.py).
+        self.admin = AdminState(repl.data_path, topic.name)
         self.role = REPLICA
-        self.epoch = repl.saved_epochs.pop(topic.name, 0)
+        #: The lowest epoch of this topic: a topic of this name was deleted below it. A copy
+        #: nsqd.dat holds in a lower epoch is of the deleted topic (deleted at start).
+        self.floor = repl.tombstones.floor(topic.name)
+        saved = repl.saved_epochs.pop(topic.name, None)
+        self.epoch = max(saved, 0) if saved is not None else self.floor
+        #: POST /topic/takeover: this node's vote counts twice until the other member of its
+        #: two-member set joins again (docs/replication.md section 8).
+        self.doubled = False
         self.primary: int | None = None
         now = trio.current_time()
         #: When the primary was last heard from (-inf: stand at once, a topic just created
@@ -236,7 +253,7 @@ class TopicReplica:
 
     @property
     def quorum(self) -> int:
-        return self.repl.quorum
+        return self.repl.quorum - 1 if self.doubled else self.repl.quorum
 
     def not_primary(self) -> str:
         primary = self.repl.address_of(self.primary)
@@ -300,7 +317,7 @@ class TopicReplica:
         if self.sync_ack:
             self.sync_wake.set()
         if self.role == PRIMARY:
-            if len(self.members) < self.quorum - 1:
+            if len(self.members) < self.repl.quorum - 1:
                 self.under_replicated += count
             self._stream(written)
 
@@ -407,16 +424,45 @@ class TopicReplica:
     def channel_created(self, name: str) -> None:
         self.log.add_channel(name)
         if self.role == PRIMARY:
-            self._send_members(wire.CHANNEL, {"op": "create", "channel": name})
+            header: dict[str, Any] = {"op": "create", "channel": name}
+            if self.admin.deleted(name):
+                # Created again after a delete: a newer entry than the delete's.
+                version = self.admin.next_version(self.epoch)
+                self.admin.set_channel(name, version, exists=True, paused=False)
+                self.admin.save()
+                header["v"] = list(version)
+            self._send_members(wire.CHANNEL, header)
             self.repl.nsqd.lookup.notify(register(self.name, name), force=True)
 
     def channel_deleted(self, name: str) -> None:
+        if is_ephemeral(name):
+            return
         self.log.delete_channel(name)
         if self.role == PRIMARY:
-            self._send_members(wire.CHANNEL, {"op": "delete", "channel": name})
+            dropped = self.fins_out.pop(name, None)
+            if dropped:
+                self.fins_count -= len(dropped)
+            if not self.admin.deleted(name):
+                version = self.admin.next_version(self.epoch)
+                self.admin.set_channel(name, version, exists=False, paused=False)
+                self.admin.save()
+            version = self.admin.channel_version(name)
+            self._send_members(wire.CHANNEL, {"op": "delete", "channel": name, "v": list(version)})
 
-    def _send_members(self, kind: int, header: dict[str, Any]) -> None:
-        frame = wire.encode(kind, {"topic": self.name, "epoch": self.epoch, **header})
+    def deleted(self) -> None:
+        """The topic was deleted: its admin file goes, waiting PUBs fail, tasks end."""
+        self.admin.delete()
+        self.outbox, self.outbox_count = [], 0
+        self._fail_waiters()
+        self.flush_wake.set()
+
+    def floor_header(self) -> dict[str, Any]:
+        """``{"floor": F}`` for a topic created again after a delete (a member holding a
+        copy below F deletes it), else nothing."""
+        return {"floor": self.floor} if self.floor else {}
+
+    def _send_members(self, kind: int, header: dict[str, Any], blob: bytes = b"") -> None:
+        frame = wire.encode(kind, {"topic": self.name, "epoch": self.epoch, **header}, blob)
         for node_id in list(self.members):
             peer = self.repl.peer_by_id(node_id)
             if peer is not None:
@@ -428,12 +474,15 @@ class TopicReplica:
         """What this node holds: every message ID, and per channel its finished IDs."""
         names = list(self.log.finished)
         held = self.log.ids()
+        emptied = self.log.emptied
         header = {
             "count": len(held),
             "channels": {n: len(self.log.finished[n]) for n in names},
+            "admin": self.admin.to_json(),
+            "emptied": len(emptied),
         }
         blob = b"".join(held) + b"".join(b"".join(self.log.finished[n]) for n in names)
-        return header, blob
+        return header, blob + b"".join(emptied)
 
     @staticmethod
     def parse_summary(
@@ -446,15 +495,55 @@ class TopicReplica:
         for name, n in (header.get("channels") or {}).items():
             fins[str(name)] = [blob[pos + i * 16 : pos + i * 16 + 16] for i in range(int(n))]
             pos += int(n) * 16
+        pos += int(header.get("emptied", 0)) * 16  # `summary_emptied`
         if pos != len(blob):
             raise wire.WireError("bad summary")
         return ids, fins
+
+    @staticmethod
+    def summary_emptied(header: dict[str, Any], blob: bytes) -> list[bytes]:
+        """The IDs /topic/empty dropped, at the end of a summary."""
+        count = int(header.get("emptied", 0))
+        start = len(blob) - count * 16
+        return [blob[start + i * 16 : start + i * 16 + 16] for i in range(count)]
+
+    def merge_admin(self, raw: Any, emptied: list[bytes]) -> None:
+        """Adopt another member's newer admin entries and its emptied IDs; as the primary,
+        pass what changed on to the members. A malformed state is logged and left out."""
+        try:
+            changed = self.admin.merge(raw)
+        except ValueError as err:
+            log.error("REPLICATION(%s): ignoring a bad admin state - %s", self.name, err)
+            changed = False
+        if changed:
+            self.admin.save()
+            if self.role != CANDIDATE:  # a candidate applies them as it takes office
+                self.admin.apply(self.topic, self.log)
+        new = self.log.empty_topic(emptied) if emptied else 0
+        if (changed or new) and self.role == PRIMARY:
+            self.send_admin_state(None)
+
+    def send_admin_state(self, peer: Peer | None) -> None:
+        """The admin state and emptied IDs, to `peer` (a member joining) or every member."""
+        emptied = self.log.emptied
+        header = {"op": "state", "admin": self.admin.to_json(), "count": len(emptied)}
+        if peer is None:
+            self._send_members(wire.TOPIC, header, b"".join(emptied))
+        else:
+            peer.send(
+                wire.encode(
+                    wire.TOPIC,
+                    {"topic": self.name, "epoch": self.epoch, **header},
+                    b"".join(emptied),
+                )
+            )
 
     async def merge_from(self, peer: Peer, header: dict[str, Any], blob: bytes) -> bool:
         """Adopt a peer's messages and FINs (a promise or a sync): union. False if the
         bodies could not be fetched."""
         ids, fins = self.parse_summary(header, blob)
         self.flush()  # the totals streamed below must cover only what the log holds
+        self.merge_admin(header.get("admin"), self.summary_emptied(header, blob))
         dropped = self.log.dropped
         held = self.log.ids()
         missing = [i for i in ids if i not in held and i not in dropped]
@@ -477,6 +566,8 @@ class TopicReplica:
                 self.topic.deliver_records(records)
                 self._stream(written)
         for name, done in fins.items():
+            if self.admin.deleted(name):
+                continue
             if name not in self.log.finished:
                 self.log.finished[name] = set()
             self.log.finish(name, done)
@@ -514,7 +605,8 @@ class TopicReplica:
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + options.replication_heartbeat_interval
             frame = wire.encode(
-                wire.HEARTBEAT, {"topic": self.name, "epoch": self.epoch, "sent": now}
+                wire.HEARTBEAT,
+                {"topic": self.name, "epoch": self.epoch, "sent": now, **self.floor_header()},
             )
             for peer in self.repl.peers:
                 peer.send(frame)
@@ -558,7 +650,9 @@ class TopicReplica:
         assert peer.node_id is not None
         node_id = peer.node_id
         try:
-            answer = await peer.ask(wire.SYNC, {"topic": self.name, "epoch": epoch})
+            answer = await peer.ask(
+                wire.SYNC, {"topic": self.name, "epoch": epoch, **self.floor_header()}
+            )
             if answer is None or self.role != PRIMARY or self.epoch != epoch:
                 return
             kind, header, blob = answer
@@ -576,6 +670,8 @@ class TopicReplica:
             lacking = self.log.read_lacking(theirs)
             # What it holds that this node dropped as finished everywhere: finished for it.
             obsolete = [i for i in theirs if i in self.log.dropped]
+            # The admin state first: the channels below are not ones it knows deleted.
+            self.send_admin_state(peer)
             for name in self.log.finished:
                 peer.send(
                     wire.encode(
@@ -591,6 +687,7 @@ class TopicReplica:
             member.hb_acked = trio.current_time()
             member.unacked.append((self.accepted, len(frame)))
             self.members[node_id] = member
+            self.doubled = False  # a forced takeover's double vote ends when a member is back
             peer.send(frame)
             names = list(self.log.finished)
             fins = {n: [*self.log.finished[n], *obsolete] for n in names}
@@ -617,20 +714,25 @@ class TopicReplica:
 
     # -- elections ---------------------------------------------------------------------------
 
-    async def _stand(self) -> None:
-        """suspect: a pre-vote, then PREPARE in a new epoch, promises merged, take office."""
+    async def _stand(self, force: bool = False) -> bool:
+        """suspect: a pre-vote, then PREPARE in a new epoch, promises merged, take office.
+        `force` (POST /topic/takeover): no pre-vote, and this node's vote counts twice.
+        True if it took office."""
         options = self.repl.nsqd.options
         timeout = options.replication_failover_timeout
         proposed = (self.epoch // NODE_BITS + 1) * NODE_BITS + self.node_id
         connected = [p for p in self.repl.peers if p.connected]
-        yes = 1
-        if len(connected) + 1 >= self.quorum:
+        floor = self.floor_header()
+        yes = 2 if force else 1
+        if not force and len(connected) + 1 >= self.quorum:
             async with trio.open_nursery() as nursery:
                 votes: list[bool] = []
 
                 async def ask(peer: Peer) -> None:
                     answer = await peer.ask(
-                        wire.PREVOTE, {"topic": self.name, "epoch": proposed}, timeout=timeout / 2
+                        wire.PREVOTE,
+                        {"topic": self.name, "epoch": proposed, **floor},
+                        timeout=timeout / 2,
                     )
                     votes.append(bool(answer and answer[1].get("yes")))
 
@@ -639,20 +741,20 @@ class TopicReplica:
             yes += sum(votes)
         if yes < self.quorum or self.role != REPLICA or self.epoch >= proposed:
             self._retry_later()
-            return
+            return False
         self.elections += 1
         self.epoch = proposed
         self.role = CANDIDATE
         self.primary = None
         await self.repl.persist(self.name)
         log.info("REPLICATION(%s): standing in epoch %s", self.name, epoch_text(proposed))
-        promised = 1
+        promised = 2 if force else 1
         async with trio.open_nursery() as nursery:
             results: list[bool] = []
 
             async def prepare(peer: Peer) -> None:
                 answer = await peer.ask(
-                    wire.PREPARE, {"topic": self.name, "epoch": proposed}, timeout=timeout
+                    wire.PREPARE, {"topic": self.name, "epoch": proposed, **floor}, timeout=timeout
                 )
                 if answer is None or self.epoch != proposed or self.role != CANDIDATE:
                     return
@@ -669,12 +771,18 @@ class TopicReplica:
                 nursery.start_soon(prepare, peer)
         promised += len(results)
         if self.role == CANDIDATE and self.epoch == proposed and promised >= self.quorum:
+            self.doubled = force
             self.take_office()
-        else:
-            if self.role == CANDIDATE:
-                self.role = REPLICA
-                self._fail_waiters()
-            self._retry_later()
+            return True
+        if self.role == CANDIDATE:
+            self.role = REPLICA
+            self._fail_waiters()
+        self._retry_later()
+        return False
+
+    async def stand_alone(self) -> bool:
+        """POST /topic/takeover: stand with this node's vote counted twice."""
+        return await self._stand(force=True)
 
     def _retry_later(self) -> None:
         # Stand again after a short random pause (a concurrent candidate goes first).
@@ -682,6 +790,8 @@ class TopicReplica:
 
     def take_office(self) -> None:
         self.flush()  # what waited in the outbox is in the log, served below
+        # Deleted channels go, paused ones stay paused (before delivering anything).
+        self.admin.apply(self.topic, self.log)
         self.role = PRIMARY
         self.primary = self.node_id
         self.members.clear()
@@ -723,6 +833,7 @@ class TopicReplica:
         if epoch > self.epoch:
             self.epoch = epoch
         self.role = REPLICA
+        self.doubled = False
         self.members.clear()
         self.syncing.clear()
         self.last_heard = trio.current_time()
@@ -809,6 +920,8 @@ class TopicReplica:
             count = int(n)
             ids = [blob[pos + i * 16 : pos + i * 16 + 16] for i in range(count)]
             pos += count * 16
+            if self.admin.deleted(str(name)):
+                continue
             if str(name) not in self.log.finished:
                 self.log.finished[str(name)] = set()
             self.log.finish(str(name), ids)
@@ -822,16 +935,28 @@ class TopicReplica:
         name = str(header.get("channel", ""))
         op = header.get("op")
         topic = self.topic
+        version = parse_version(header.get("v"))
         if op == "create":
-            self.log.add_channel(name)
-            topic.get_channel(name)
-        elif op == "ensure":
+            if version is not None:
+                if self.admin.set_channel(name, version, exists=True, paused=False):
+                    self.admin.save()
+            elif self.admin.deleted(name):
+                self.admin.forget_channel(name)  # the primary knows no delete: it wins
+                self.admin.save()
+            if not self.admin.deleted(name):
+                self.log.add_channel(name)
+                topic.get_channel(name)
+        elif op == "ensure" and not self.admin.deleted(name):
             if name not in self.log.finished:
                 self.log.finished[name] = set()
                 self.log.finish(name, ())
             if name not in topic.channels:
                 topic.get_channel(name)
         elif op == "delete":
+            if version is not None and self.admin.set_channel(
+                name, version, exists=False, paused=False
+            ):
+                self.admin.save()
             if name in topic.channels:
                 topic.delete_channel(name)
             self.log.delete_channel(name)

@@ -36,6 +36,15 @@ SYNC, SUMMARY = 12, 13
 WANT, BODIES = 14, 15
 #: The dialler's first frame: its proof over the answerer's challenge (`proof`).
 PROOF = 16
+# Admin actions (replication_admin.py): a topic's pause/unpause/empty/delete and the state a
+# joining member gets (TOPIC, one-way, in order with the stream); a request answered once
+# every frame sent before it is applied and on disk (BARRIER); an HTTP admin action a replica
+# forwards to the primary (FORWARD); the answer about a topic deleted in a later epoch than
+# the asker's copy (DELETED).
+TOPIC = 17
+BARRIER, BARRIER_ACK = 18, 19
+FORWARD, FORWARD_REPLY = 20, 21
+DELETED = 22
 NAMES = {
     value: name
     for name, value in globals().items()
