@@ -27,6 +27,7 @@ from ..protocol.names import is_ephemeral
 from . import replication_wire as wire
 from .backend import Backend
 from .replication_acks import HeldAnswers
+from .replication_forward import Send, answer_forwarded
 from .replication_log import fsync_handles
 from .replication_peer import Peer, serve_inbound
 from .replication_topic import ReplicatedTopic, TopicReplica
@@ -150,6 +151,7 @@ class Replication:
             now = trio.current_time()
             for replica in self.replicas():
                 replica.waiters.expire(now)
+                replica.forwarder.expire(now)
 
     async def persist(self, topic: str) -> None:
         """Write nsqd.dat with the topic's epoch before going on (a promise is kept across
@@ -169,8 +171,8 @@ class Replication:
         if not owed:
             return
         held = HeldAnswers(client, len(owed))
-        for replica, target in owed.items():
-            if not replica.wait_for(target, held):
+        for owed_to, target in owed.items():
+            if not owed_to.wait_for(target, held):
                 held.done(True)
 
     # -- the wire ---------------------------------------------------------------------------
@@ -222,6 +224,13 @@ class Replication:
         if kind == wire.WANT:
             return replica.on_want(header, blob)
         raise wire.WireError(f"unexpected request {wire.NAMES.get(kind, kind)}")
+
+    def forwarded(
+        self, sender: int, header: dict[str, Any], blob: bytes, send: Send
+    ) -> list[bytes]:
+        """A replica's PUB_FORWARD (replication_forward.py): published here, answered with
+        `send` once a quorum has the messages."""
+        return answer_forwarded(self, sender, header, blob, send)
 
     def handle_answer(self, peer: Peer, kind: int, header: dict[str, Any], blob: bytes) -> None:
         name = header.get("topic")

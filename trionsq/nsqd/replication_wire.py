@@ -34,6 +34,9 @@ PREPARE, PROMISE = 9, 10
 REFUSE = 11
 SYNC, SUMMARY = 12, 13
 WANT, BODIES = 14, 15
+#: Messages published to a replica, forwarded to the primary, and its answer
+#: (replication_forward.py).
+PUB_FORWARD, PUB_FORWARD_REPLY = 28, 29
 NAMES = {
     value: name
     for name, value in globals().items()
