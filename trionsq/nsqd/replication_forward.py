@@ -44,6 +44,9 @@ log = logging.getLogger("trionsq.nsqd")
 #: How long after the primary's own --replication-ack-timeout a forwarded batch's answer may
 #: still come (its round trip, the primary's 50 ms expiry tick) before the batch fails here.
 REPLY_GRACE = 1.0
+#: A batch holding this many bytes of messages is sent at once (its frame stays far below
+#: replication_wire.MAX_FRAME whatever --max-msg-size and --max-body-size allow).
+SEAL_BYTES = 1024 * 1024
 
 Send = Callable[[bytes], Awaitable[None]]
 
@@ -53,26 +56,34 @@ class ForwardBatch:
     wait for them (`wait_for`: a key of `ClientV2.owed`)."""
 
     __slots__ = (
+        "answer_by",
         "count",
-        "deadline",
         "entries",
         "forwarder",
         "ok",
+        "refused_by",
         "rid",
+        "size",
         "target",
         "to",
+        "wait_until",
         "waiters",
     )
 
-    def __init__(self, forwarder: Forwarder, deadline: float) -> None:
+    def __init__(self, forwarder: Forwarder, wait_until: float) -> None:
         self.forwarder = forwarder
         self.entries: list[tuple[int, list[bytes]]] = []  # (due time, frames)
         self.count = 0
+        self.size = 0
         self.waiters: list[Waiter] = []
-        self.deadline = deadline
-        #: Sent: the request ID, and the node it went to.
+        #: Unsent by then (no primary): it fails.
+        self.wait_until = wait_until
+        #: Sent: the request ID, the node it went to, when it fails without an answer.
         self.rid = 0
         self.to: int | None = None
+        self.answer_by = 0.0
+        #: A node that refused it (it no longer leads): not sent there again.
+        self.refused_by: int | None = None
         #: Published by this node after all (it took office): the stream position it waits for.
         self.target: int | None = None
         #: The answer, once there is one.
@@ -117,14 +128,15 @@ class Forwarder:
     def add(self, frames: list[bytes], due: int) -> ForwardBatch:
         """Accept published messages for the primary; returns the batch their answers wait
         for. Sent at the end of the scheduler pass (`seal`, from the topic's flush task),
-        or at once from `rt.FLUSH_AT` messages on (an MPUB's worth)."""
+        or at once from `rt.FLUSH_AT` messages or `SEAL_BYTES` on (an MPUB's worth)."""
         batch = self.open
         if batch is None:
             timeout = self.replica.repl.nsqd.options.replication_ack_timeout
             batch = self.open = ForwardBatch(self, trio.current_time() + timeout)
         batch.entries.append((due, frames))
         batch.count += len(frames)
-        if batch.count >= rt.FLUSH_AT:
+        batch.size += sum(map(len, frames))
+        if batch.count >= rt.FLUSH_AT or batch.size >= SEAL_BYTES:
             self.seal()
         else:
             self.replica.flush_wake.set()
@@ -154,8 +166,10 @@ class Forwarder:
             return
         waiting, self.waiting = self.waiting, []
         for index, batch in enumerate(waiting):
-            if not self._send(peer, batch):
-                self.waiting = waiting[index:] + self.waiting
+            if batch.refused_by == primary:
+                self.waiting.append(batch)  # until another node leads
+            elif not self._send(peer, batch):
+                self.waiting += waiting[index:]
                 return
 
     def _send(self, peer: Peer, batch: ForwardBatch) -> bool:
@@ -171,8 +185,7 @@ class Forwarder:
         options = self.replica.repl.nsqd.options
         batch.rid = rid
         batch.to = peer.node_id
-        batch.entries = []
-        batch.deadline = trio.current_time() + options.replication_ack_timeout + REPLY_GRACE
+        batch.answer_by = trio.current_time() + options.replication_ack_timeout + REPLY_GRACE
         self.sent.add(batch)
         return True
 
@@ -182,10 +195,17 @@ class Forwarder:
         self.sent.discard(batch)
         if answer is None:
             self._finish(batch, False, "the connection to the primary dropped")
-        elif answer[0] != wire.PUB_FORWARD_REPLY or answer[1].get("ok") is not True:
-            self._finish(batch, False, str(answer[1].get("error") or "refused"))
-        else:
+            return
+        kind, header, _ = answer
+        if kind == wire.PUB_FORWARD_REPLY and header.get("ok") is True:
             self._finish(batch, True, "")
+        elif kind == wire.PUB_FORWARD_REPLY and header.get("refused") is True:
+            # It no longer leads, and wrote nothing: the next primary gets the batch (until
+            # its deadline, counted from when it was opened).
+            batch.refused_by, batch.to = batch.to, None
+            self.waiting.append(batch)
+        else:
+            self._finish(batch, False, str(header.get("error") or "failed"))
 
     def _finish(self, batch: ForwardBatch, ok: bool, why: str) -> None:
         if ok:
@@ -226,17 +246,19 @@ class Forwarder:
         primary = self.replica.primary
         for batch in [b for b in self.sent if b.to != primary]:
             self._drop_sent(batch, "the primary changed")
+        for batch in self.waiting:
+            batch.refused_by = None  # (a refusal was about a former term)
         self.send_waiting()
 
     def expire(self, now: float) -> None:
         """Every 50 ms: fail what is past its deadline; send what waited, if it can now."""
         if self.waiting:
-            for batch in [b for b in self.waiting if b.deadline <= now]:
+            for batch in [b for b in self.waiting if b.wait_until <= now]:
                 self.waiting.remove(batch)
                 self._finish(batch, False, "no primary within --replication-ack-timeout")
             self.send_waiting()
         if self.sent:
-            for batch in [b for b in self.sent if b.deadline <= now]:
+            for batch in [b for b in self.sent if b.answer_by <= now]:
                 self._drop_sent(batch, "no answer from the primary in time")
 
     def _drop_sent(self, batch: ForwardBatch, why: str) -> None:
@@ -289,10 +311,11 @@ def answer_forwarded(
         raise wire.WireError(f"bad PUB_FORWARD - {err}") from None
     replica = repl.replica_of(name, create=False)
     if replica is None or replica.role != rt.PRIMARY:
+        # Nothing written: the replica may send the batch to the next primary.
         why = f"not the primary of replicated topic {name}"
         if replica is not None:
             why = replica.not_primary()
-        return [_reply(name, rid, False, why)]
+        return [_reply(name, rid, False, why, refused=True)]
     try:
         for due, group in itertools.groupby(records, key=lambda record: record[0]):
             put_here(replica, [frame for _, frame in group], due)
@@ -302,10 +325,12 @@ def answer_forwarded(
     return []
 
 
-def _reply(name: str, rid: Any, ok: bool, error: str = "") -> bytes:
+def _reply(name: str, rid: Any, ok: bool, error: str = "", refused: bool = False) -> bytes:
     header: dict[str, Any] = {"topic": name, "rid": rid, "ok": ok}
     if error:
         header["error"] = error
+    if refused:
+        header["refused"] = True
     return wire.encode(wire.PUB_FORWARD_REPLY, header)
 
 

@@ -39,12 +39,13 @@ class FakePeer:
     def forget(self, rid: int) -> None:
         self.forgotten.append(rid)
 
-    def answer(self, rid: int, ok: bool | None) -> None:
+    def answer(self, rid: int, ok: bool | None, **extra: Any) -> None:
         on_answer = self.requests[rid][2]
         if ok is None:
             on_answer(None)  # the connection dropped
         else:
-            on_answer((wire.PUB_FORWARD_REPLY, {"rid": rid, "ok": ok, "error": "nope"}, b""))
+            header = {"rid": rid, "ok": ok, "error": "nope", **extra}
+            on_answer((wire.PUB_FORWARD_REPLY, header, b""))
 
 
 class FakeReplica:
@@ -163,6 +164,27 @@ async def test_a_sent_batch_fails(event: str) -> None:
     assert fwd.forwarded == 0
 
 
+async def test_a_batch_refused_by_a_former_primary_goes_to_the_next_one() -> None:
+    fwd, replica = forwarder()
+    replica.primary = 1
+    batch = fwd.add(frames(2), 5)
+    fwd.seal()
+    waiter = TaskWaiter(1)
+    batch.wait_for(0, waiter)
+    _, blob, _ = replica.peers[1].requests[1]
+    # Node 1 no longer leads (this node has not heard of another yet): it wrote nothing.
+    replica.peers[1].answer(1, False, refused=True)
+    assert fwd.waiting == [batch] and fwd.failed == 0
+    fwd.expire(trio.current_time())
+    assert len(replica.peers[1].requests) == 1  # not sent to the node that refused it
+    replica.primary = 3
+    fwd.primary_changed()
+    assert replica.peers[3].requests[1][1] == blob  # the same messages, IDs and due times
+    replica.peers[3].answer(1, True)
+    assert await waiter.wait()
+    assert (fwd.forwarded, fwd.failed) == (2, 0)
+
+
 async def test_what_waited_is_published_here_when_this_node_takes_office(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -203,7 +225,7 @@ def test_the_primary_refuses_a_forward_for_a_topic_it_does_not_lead() -> None:
     assert len(answers) == 1
     kind, header, _ = _decode(answers[0])
     assert kind == wire.PUB_FORWARD_REPLY
-    assert header["rid"] == 7 and header["ok"] is False
+    assert header["rid"] == 7 and header["ok"] is False and header["refused"] is True
     assert "not the primary" in header["error"]
     with pytest.raises(wire.WireError):
         forward.answer_forwarded(repl, 2, {"topic": "rt", "rid": 8}, b"\x00\x01", None)  # type: ignore[arg-type]
