@@ -121,7 +121,9 @@ class Forwarder:
         self.waiting: list[ForwardBatch] = []
         #: Sent, waiting for the answer.
         self.sent: set[ForwardBatch] = set()
-        #: Messages forwarded and acknowledged by the primary / failed (for /stats).
+        #: Messages forwarded and acknowledged by the primary / whose forward failed (/stats;
+        #: what this node published itself once it took office counts in its topic's
+        #: message_count instead).
         self.forwarded = 0
         self.failed = 0
 
@@ -231,7 +233,6 @@ class Forwarder:
             except (TopicExiting, BackendError, QueueFull) as err:
                 self._finish(batch, False, str(err))
                 continue
-            self.forwarded += batch.count
             batch.target = replica.accepted
             batch.entries = []
             waiters, batch.waiters = batch.waiters, []
