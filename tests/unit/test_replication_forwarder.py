@@ -221,14 +221,14 @@ async def test_what_waited_is_published_here_when_this_node_takes_office(
 def test_the_primary_refuses_a_forward_for_a_topic_it_does_not_lead() -> None:
     repl = SimpleNamespace(replica_of=lambda name, create: None)
     blob = encode_frames(frames(1), 0)
-    answers = forward.answer_forwarded(repl, 2, {"topic": "rt", "rid": 7}, blob, None)  # type: ignore[arg-type]
+    answers = forward.answer_forwarded(repl, {"topic": "rt", "rid": 7}, blob, None)  # type: ignore[arg-type]
     assert len(answers) == 1
     kind, header, _ = _decode(answers[0])
     assert kind == wire.PUB_FORWARD_REPLY
     assert header["rid"] == 7 and header["ok"] is False and header["refused"] is True
     assert "not the primary" in header["error"]
     with pytest.raises(wire.WireError):
-        forward.answer_forwarded(repl, 2, {"topic": "rt", "rid": 8}, b"\x00\x01", None)  # type: ignore[arg-type]
+        forward.answer_forwarded(repl, {"topic": "rt", "rid": 8}, b"\x00\x01", None)  # type: ignore[arg-type]
 
 
 def _decode(frame: bytes) -> tuple[int, dict[str, Any], bytes]:

@@ -230,7 +230,7 @@ class Replication:
     ) -> list[bytes]:
         """A replica's PUB_FORWARD (replication_forward.py): published here, answered with
         `send` once a quorum has the messages."""
-        return answer_forwarded(self, sender, header, blob, send)
+        return answer_forwarded(self, header, blob, send)
 
     def handle_answer(self, peer: Peer, kind: int, header: dict[str, Any], blob: bytes) -> None:
         name = header.get("topic")

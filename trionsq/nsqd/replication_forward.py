@@ -12,10 +12,12 @@ only its own publishers (fatal ``E_PUB_FAILED``, HTTP 503; they publish again).
 
 While no primary is known (an election), or its connection is down, a sealed batch waits, up
 to --replication-ack-timeout after it was opened; if this node takes office meanwhile, it
-publishes the batch itself. A batch sent is failed when its connection drops, when another
-node is heard to lead, or --replication-ack-timeout (plus `REPLY_GRACE`) after it was sent
-without an answer. The primary may still have written a failed batch: its messages may be
-delivered although their publisher saw a failure, as after any failed PUB in NSQ.
+publishes the batch itself. A node that no longer leads refuses a batch without writing it:
+the batch waits for the next primary the same way. A batch sent fails when its connection
+drops, when another node is heard to lead, when the primary fails it (no quorum in time, its
+disk), or --replication-ack-timeout (plus `REPLY_GRACE`) after it was sent with no answer.
+The primary may have written a failed batch: its messages may be delivered although their
+publisher saw a failure, as after any failed PUB in NSQ.
 """
 
 from __future__ import annotations
@@ -297,7 +299,7 @@ def put_here(replica: rt.TopicReplica, frames: list[bytes], due: int) -> None:
 
 
 def answer_forwarded(
-    repl: Replication, sender: int, header: dict[str, Any], blob: bytes, send: Send
+    repl: Replication, header: dict[str, Any], blob: bytes, send: Send
 ) -> list[bytes]:
     """A replica's PUB_FORWARD: publish the messages as this node's own, and answer once a
     quorum has them (`_answer_when_replicated`, its own task: the connection serves the
