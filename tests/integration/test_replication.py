@@ -183,10 +183,12 @@ async def test_publish_is_acknowledged_once_a_quorum_wrote_it(tmp_path: Path) ->
         await cluster.until(
             lambda: all(len(n.topics["rt"].replica.log) == 20 for n in cluster.live())
         )
-        # A replica refuses PUB (no forwarding yet) and delivers nothing.
+        # A replica forwards PUB to the primary (test_replication_forward.py) and delivers
+        # nothing itself.
         n2 = cluster.nodes[1]
         assert n2 is not None
-        assert await publish(n2, "rt", [b"x"]) == []
+        assert await publish(n2, "rt", [b"x"]) == [b"x"]
+        assert len(n1.topics["rt"].replica.log) == 21
         stats = n1.topics["rt"].replica.stats()
         assert stats["role"] == "primary" and stats["epoch"] % 1024 == 1
         cluster.stop()
@@ -365,7 +367,8 @@ class Proxy:
 async def publish_loop(
     cluster: Cluster, topic: str, acked: set[bytes], stop: trio.Event, tag: str
 ) -> None:
-    """Publish to whichever member answers OK, moving on when one refuses or stalls."""
+    """Publish to whichever member answers OK (a replica forwards to the primary), moving on
+    when one fails or stalls."""
     n = 0
     target = 0
     while not stop.is_set():

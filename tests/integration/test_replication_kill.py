@@ -1,10 +1,11 @@
 """Jepsen-style trials of a replicated topic (docs/replication.md): three real nsqd processes
-and an nsqlookupd, a publisher, our consumer (connected to every member, as a client listing
-them all in ``nsqd_tcp_addresses``) and an unmodified pynsq Reader (finding the primary
-through nsqlookupd), then ``kill -9`` of the topic's primary at a random moment, its restart
-on the same data directory (it must come back as a replica of the new epoch), more load, and
-a drain. Every acknowledged message must be consumed at least once on both channels; a
-monitor polling every member's /stats must never see two primaries in one epoch.
+and an nsqlookupd, a publisher (to any member: replicas forward to the primary), our consumer
+(connected to every member, as a client listing them all in ``nsqd_tcp_addresses``) and an
+unmodified pynsq Reader (finding the primary through nsqlookupd), then ``kill -9`` of the
+topic's primary at a random moment, its restart on the same data directory (it must come back
+as a replica of the new epoch), more load, and a drain. Every acknowledged message must be
+consumed at least once on both channels; a monitor polling every member's /stats must never
+see two primaries in one epoch.
 
     bench/replication-trials 20      # the long run (or: pytest ... --replication-trials 20)
 
@@ -103,6 +104,10 @@ class Trial:
         self.rng = rng
         self.tag = tag
         self.acked: set[bytes] = set()
+        #: Messages acknowledged through each member (a replica forwarded them), and the
+        #: publishes that failed.
+        self.acked_via = [0] * len(members)
+        self.failures = 0
         #: (time, member index, body) of every delivery to channel c
         self.received: list[tuple[float, int, bytes]] = []
         self.finished: set[bytes] = set()
@@ -128,13 +133,16 @@ class Trial:
             thread.join(10)
 
     def _publish(self) -> None:
+        """Any member takes PUBs (a replica forwards them to the primary): each connection
+        goes to a member at random, and after a failure (the member was killed, or a forward
+        failed during the takeover: fatal E_PUB_FAILED) the publisher reconnects to another
+        one at random, as a producer with several nsqd addresses would."""
         rng = random.Random(self.rng.random())
         n = 0
-        target = 0
         while not self.stop_load.is_set():
-            member = self.members[target % len(self.members)]
+            member = rng.choice(self.members)
             try:
-                with NSQConn(member.address, timeout=8) as conn:
+                with NSQConn(member.address, timeout=15) as conn:
                     while not self.stop_load.is_set():
                         size = rng.choice([1, 1, 1, 5, 20])
                         bodies = [b"%s-%d" % (self.tag.encode(), n + i) for i in range(size)]
@@ -142,12 +150,13 @@ class Trial:
                         conn.send(pub(TOPIC, bodies[0]) if size == 1 else mpub(TOPIC, bodies))
                         frame_type, data = conn.read_frame()
                         if frame_type != FRAME_TYPE_RESPONSE or data != b"OK":
-                            break  # not the primary (or it failed): try the next member
+                            self.failures += 1
+                            break
                         with self.lock:
                             self.acked.update(bodies)
+                            self.acked_via[member.index] += len(bodies)
             except (OSError, AssertionError, ConnectionClosed, TimeoutError):
-                pass
-            target += 1
+                self.failures += 1
             time.sleep(0.05)
 
     def _consume(self, member: Member) -> None:
@@ -319,6 +328,8 @@ def test_kill_9_of_the_primary_loses_no_acknowledged_message(tmp_path: Path, tri
         "redelivered": duplicates,
         "pynsq_deliveries": len(py_received),
         "pynsq_redelivered": len(py_received) - len(set(py_received)),
+        "acked_via_member": trial_state.acked_via,
+        "publish_failures": trial_state.failures,
     }
     print("REPLICATION-TRIAL " + json.dumps(figures))
     assert acked_at_kill > 10, "too few acknowledgements before the kill for a meaningful trial"

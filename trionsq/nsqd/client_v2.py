@@ -39,8 +39,7 @@ if TYPE_CHECKING:
     from .auth import AuthState
     from .channel import Channel
     from .nsqd import NSQD
-    from .replication_acks import HeldAnswers
-    from .replication_topic import TopicReplica
+    from .replication_acks import HeldAnswers, Owed
     from .topic import Topic
 
 #: `ClientV2.irregular` until SUB: nothing can be in flight before. Immutable, so that a use
@@ -134,8 +133,9 @@ class ClientV2:
         #: Replication: the answers held for a quorum (replication_acks.HeldAnswers).
         self.held: HeldAnswers | None = None
         #: Replication: the replicated topics this read batch published to, and the stream
-        #: position each had reached then (what its answers wait for).
-        self.owed: dict[TopicReplica, int] | None = None
+        #: position each had reached then, or the batches forwarded to their primaries
+        #: (what its answers wait for: `TopicReplica.owed_to`).
+        self.owed: dict[Owed, int] | None = None
         # Made when a task first waits for another's send (`drain`).
         self.send_done: trio.lowlevel.ParkingLot | None = None
         # A `PumpStarter` until the message pump runs (heartbeats.py), then the pump's wake-up.

@@ -426,7 +426,7 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
         raise HTTPError(503, "QUEUE_FULL") from None
     if nsqd.hold_acks:
         replica = getattr(topic, "replica", None)
-        owed = None if replica is None else {replica: replica.accepted}
+        owed = None if replica is None else {replica.owed_to: replica.accepted}
         if not await nsqd.wait_durable(owed):
             raise HTTPError(503, "EXITING")
 

@@ -67,7 +67,7 @@ from .transport import build_server_context
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
-    from .replication_topic import TopicReplica
+    from .replication_acks import Owed
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -173,7 +173,7 @@ class NSQD:
             return 0
         return self.options.mem_queue_size
 
-    async def wait_durable(self, owed: dict[TopicReplica, int] | None = None) -> bool:
+    async def wait_durable(self, owed: dict[Owed, int] | None = None) -> bool:
         """--sync-ack: wait until every message accepted so far is fsynced, and nsqd.dat
         names its topic and channels; replication: until the replicated topics of `owed`
         have on a quorum what they had accepted then. False if the disk failed to make it

@@ -552,7 +552,8 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
         DURATION,
         None,
         "[trionsq] a PUB to a replicated topic not written by a quorum within this long is "
-        "answered E_PUB_FAILED (HTTP 503)",
+        "answered E_PUB_FAILED (HTTP 503); a replica waits this long for a primary to "
+        "forward a PUB to",
         {},
     ),
     (

@@ -830,11 +830,12 @@ def _publish(
         client.unsynced_publish = True
         replica = getattr(topic, "replica", None)
         if replica is not None:
-            # Replicated: the OK waits for a quorum to have the messages accepted so far.
+            # Replicated: the OK waits for a quorum to have the messages accepted so far
+            # (or, forwarded to the primary, for its answer: `owed_to`).
             owed = client.owed
             if owed is None:
                 owed = client.owed = {}
-            owed[replica] = replica.accepted
+            owed[replica.owed_to] = replica.accepted
 
 
 def _pub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:

@@ -30,6 +30,7 @@ from . import replication_wire as wire
 from .backend import Backend
 from .replication_acks import HeldAnswers
 from .replication_admin_state import Tombstones
+from .replication_forward import Send, answer_forwarded
 from .replication_log import fsync_handles
 from .replication_peer import Peer, serve_inbound
 from .replication_topic import ReplicatedTopic, TopicReplica
@@ -191,6 +192,7 @@ class Replication:
             now = trio.current_time()
             for replica in self.replicas():
                 replica.waiters.expire(now)
+                replica.forwarder.expire(now)
 
     async def fsync_logs(self, topics: Iterable[str]) -> None:
         """--sync-ack on a member: fsync the logs of `topics` before acknowledging what was
@@ -221,8 +223,8 @@ class Replication:
         if not owed:
             return
         held = HeldAnswers(client, len(owed))
-        for replica, target in owed.items():
-            if not replica.wait_for(target, held):
+        for owed_to, target in owed.items():
+            if not owed_to.wait_for(target, held):
                 held.done(True)
 
     # -- the wire ---------------------------------------------------------------------------
@@ -313,6 +315,13 @@ class Replication:
         name, floor = header.get("topic"), header.get("floor")
         if isinstance(name, str) and isinstance(floor, int):
             self.delete_stale(name, floor, f"node {peer.node_id} deleted it")
+
+    def forwarded(
+        self, sender: int, header: dict[str, Any], blob: bytes, send: Send
+    ) -> list[bytes]:
+        """A replica's PUB_FORWARD (replication_forward.py): published here, answered with
+        `send` once a quorum has the messages."""
+        return answer_forwarded(self, header, blob, send)
 
     def handle_answer(self, peer: Peer, kind: int, header: dict[str, Any], blob: bytes) -> None:
         name = header.get("topic")

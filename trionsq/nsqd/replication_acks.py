@@ -11,6 +11,10 @@ rest of a replicated PUB's wait; the timeout is checked by `Replication`'s expir
   for it. A command read before the release waits for it (`wait`): answers stay in order, and
   a connection has one batch held at a time.
 - `TaskWaiter`: a task that waits (HTTP ``/pub``, ``--sync-ack``'s path).
+
+What they wait for (`Owed`, the keys of `ClientV2.owed`): a replicated topic this node leads
+(`TopicReplica`: a stream position on a quorum), or a batch of messages forwarded to the
+primary (`replication_forward.ForwardBatch`: its answer).
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from .heartbeats import start_pump
 
 if TYPE_CHECKING:
     from .client_v2 import ClientV2
-    from .replication_topic import TopicReplica
 
 #: What a connection whose publish was not made durable (--sync-ack's fsync, or a quorum)
 #: receives before it is closed.
@@ -45,6 +48,13 @@ CLOSE_TIMEOUT = 1.0
 
 class Waiter(Protocol):
     def done(self, ok: bool) -> None: ...
+
+
+class Owed(Protocol):
+    def wait_for(self, target: int, waiter: Waiter) -> bool:
+        """Register `waiter` for what `target` names (`done` is called once); False: it
+        is already so, and the waiter is not registered."""
+        ...
 
 
 class AckQueue:
@@ -139,9 +149,10 @@ class TaskWaiter(_Countdown):
     __slots__ = ()
 
 
-async def wait_replicated(owed: dict[TopicReplica, int]) -> bool:
+async def wait_replicated(owed: dict[Owed, int]) -> bool:
     """Wait until each replicated topic of `owed` has on a quorum the messages it had
-    accepted at the position given (False: one failed)."""
+    accepted at the position given, and each forwarded batch is acknowledged by the primary
+    (False: one failed)."""
     waiter = TaskWaiter(len(owed))
     for replica, target in owed.items():
         if not replica.wait_for(target, waiter):

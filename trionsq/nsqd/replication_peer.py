@@ -4,11 +4,13 @@
 ``--replicate-to`` address, in nsqd's nursery, reconnecting with a backoff from 100 ms to
 2 s, as the lookup loop does): the V2 magic, IDENTIFY with the ``replication`` key (HMAC of
 the shared secret), then replication frames. Requests go out on it (`send` for one-way
-frames, `ask` for a request awaiting its answer by request ID); answers come back on it.
+frames, `ask` for a request awaiting its answer by request ID, `request` for one whose answer
+goes to a callback); answers come back on it.
 
 `serve_inbound` serves a peer's connection to this node (handed over by protocol_v2 once
 IDENTIFY carried a valid key): each request is handed to `Replication.handle_request`, in
-order, and its answer sent back.
+order, and its answer sent back; a forwarded publish is answered later, once a quorum has it
+(`Replication.forwarded`), by another task.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import json
 import logging
 import os
 import struct
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -42,6 +45,29 @@ CONNECT_TIMEOUT = 2.0
 Answer = tuple[int, dict[str, Any], bytes]
 
 
+class _Signal(Protocol):
+    def set(self) -> None: ...
+
+
+class _Callback:
+    """A `Peer.request` waiting for its answer, in place of an `ask`'s Event: `set` hands
+    the answer (None: the connection dropped) to `on_answer`."""
+
+    __slots__ = ("box", "on_answer", "peer", "rid")
+
+    def __init__(
+        self, peer: Peer, rid: int, box: list[Answer], on_answer: Callable[[Answer | None], None]
+    ) -> None:
+        self.peer = peer
+        self.rid = rid
+        self.box = box
+        self.on_answer = on_answer
+
+    def set(self) -> None:
+        self.peer._pending.pop(self.rid, None)
+        self.on_answer(self.box[0] if self.box else None)
+
+
 class Peer:
     """This node's connection to one other member."""
 
@@ -54,7 +80,7 @@ class Peer:
         self.out = bytearray()
         self._wake = Wakeup()
         self._next_rid = 0
-        self._pending: dict[int, tuple[trio.Event, list[Answer]]] = {}
+        self._pending: dict[int, tuple[_Signal, list[Answer]]] = {}
         self.error = ""
         #: The connection is over TLS.
         self.tls = False
@@ -101,6 +127,29 @@ class Peer:
             self._pending.pop(rid, None)
         return box[0] if box else None
 
+    def request(
+        self,
+        kind: int,
+        header: dict[str, Any],
+        blob: bytes,
+        on_answer: Callable[[Answer | None], None],
+    ) -> int | None:
+        """Send a request whose answer is handed to `on_answer` by the receiving task (None
+        if the connection drops first), without a task waiting for it. Returns its request
+        ID (for `forget`), or None: not connected, nothing sent."""
+        if not self.connected:
+            return None
+        self._next_rid += 1
+        rid = self._next_rid
+        box: list[Answer] = []
+        self._pending[rid] = (_Callback(self, rid, box, on_answer), box)
+        self.send(wire.encode(kind, {**header, "rid": rid}, blob))
+        return rid
+
+    def forget(self, rid: int) -> None:
+        """Stop waiting for a `request`'s answer (it timed out)."""
+        self._pending.pop(rid, None)
+
     # -- the connection ---------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -127,9 +176,9 @@ class Peer:
                 self.connected = False
                 self._fd = -1
                 self.out.clear()
-                for event, _ in self._pending.values():
+                pending, self._pending = self._pending, {}
+                for event, _ in pending.values():
                     event.set()
-                self._pending.clear()
                 if was:
                     self.repl.peer_disconnected(self)
             await trio.sleep(backoff)
@@ -266,8 +315,9 @@ async def serve_inbound(repl: Replication, client: ClientV2, inbound: wire.Inbou
     lock = trio.Lock()
 
     async def send(data: bytes) -> None:
-        # A forwarded admin action is answered by its own task, once done (`answer_forward`):
-        # one sender at a time (acquired without a checkpoint when free, the usual case).
+        # Answers sent later by other tasks (a forwarded publish's, once a quorum has it; a
+        # forwarded admin action's, once done): one sender at a time (the lock is taken
+        # without a checkpoint when free, the usual case).
         try:
             lock.acquire_nowait()
         except trio.WouldBlock:
@@ -287,7 +337,9 @@ async def serve_inbound(repl: Replication, client: ClientV2, inbound: wire.Inbou
             written: set[str] = set()
             while True:
                 kind, header, blob = await reader.next()
-                if kind == wire.FORWARD:
+                if kind == wire.PUB_FORWARD:
+                    answers = repl.forwarded(peer_id, header, blob, send)
+                elif kind == wire.FORWARD:
                     repl.spawn(repl.answer_forward, peer_id, header, send)
                     answers = []
                 else:

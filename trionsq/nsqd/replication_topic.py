@@ -5,7 +5,8 @@ batches (replicate_fins), suspect (the failover timeout, with a pre-vote), promi
 office, step_down, and the join of a member (here solicited by the primary: SYNC).
 
 Only replicated topics pay for any of it: an ordinary Topic never reaches this module. The
-hooks are the subclass's `put_frames` (the log write and the stream), `get_channel` (the
+hooks are the subclass's `put_frames` (the log write and the stream; on a node that does
+not lead the topic, the forward to the primary: replication_forward.py), `get_channel` (the
 channel's FINs are observed through its e2e slot, `FinObserver`, which the FIN paths already
 call) and nsqd's `wait_durable` (PUB's OK waits for a quorum, as --sync-ack's waits for fsync).
 
@@ -27,12 +28,13 @@ import trio
 
 from ..protocol.message import framed_id
 from ..protocol.names import is_ephemeral
+from . import replication_forward as forward
 from . import replication_wire as wire
 from .backend import Backend, from_wall_ns, to_wall_ns
 from .channel import Channel
 from .e2e_latency import E2ELatency, Result, disabled_result
 from .lookup import register, unregister
-from .replication_acks import AckQueue, Waiter
+from .replication_acks import AckQueue, Owed, Waiter
 from .replication_admin_state import AdminState, parse_version
 from .replication_log import Record, ReplicationLog, decode_records, encode_records, fsync_handles
 from .topic import Topic, TopicExiting
@@ -104,15 +106,14 @@ class ReplicatedTopic(Topic):
         if self.exiting:
             raise TopicExiting("exiting")
         replica = self.replica
-        if replica.role == REPLICA and (
-            replica.primary is not None or replica.epoch != replica.floor
-        ):
-            # Held only by a candidate, or while a new topic's first election runs.
-            raise TopicExiting(replica.not_primary())
         due = to_wall_ns(trio.current_time() + defer) if defer > 0 else 0
+        if replica.role != PRIMARY:
+            # Another node leads, or an election runs: forwarded to the primary, and the
+            # publisher's answer waits for the batch they go in (replication_forward.py).
+            replica.owed_to = replica.forwarder.add(frames, due)
+            return
         replica.publish(frames, due)
-        if replica.role == PRIMARY:
-            super().put_frames(frames, defer, pump_later)
+        super().put_frames(frames, defer, pump_later)
 
     def deliver_records(self, records: list[Record]) -> None:
         """Queue messages from the log in every channel that has not finished them (or in
@@ -174,10 +175,12 @@ class ReplicatedTopic(Topic):
             super().start()
 
     def close(self) -> None:
+        self.replica.forwarder.close()
         super().close()
         self.replica.log.close()
 
     def delete(self) -> None:
+        self.replica.forwarder.close()
         super().delete()
         self.replica.log.delete()
         self.replica.deleted()
@@ -240,6 +243,11 @@ class TopicReplica:
         self.members: dict[int, Member] = {}
         self.syncing: set[int] = set()
         self.waiters = AckQueue()
+        #: Publishes accepted here while another node leads, forwarded to it.
+        self.forwarder = forward.Forwarder(self)
+        #: What the answers of the latest publish here wait for (`ClientV2.owed`'s key): this
+        #: topic's quorum as the primary, else the forwarded batch the messages went in.
+        self.owed_to: Owed = self
         self.fins_out: dict[str, list[bytes]] = {}
         self.fins_count = 0
         self.next_fins = 0.0
@@ -264,13 +272,10 @@ class TopicReplica:
     # -- publish, replicate, acknowledge ----------------------------------------------------
 
     def publish(self, frames: list[bytes], due: int) -> None:
-        """Accept published messages: they are written to the log and streamed by
-        `flush_task`, once per scheduler pass for every publisher served in it (one write(2)
-        and one MSGS frame per member for all of them), and their PUBs answered once a
-        quorum has them (`wait_replicated`). On a candidate (or a new topic's first
-        election) they wait in the log: acknowledged if this node takes office within
-        --replication-ack-timeout, else answered E_PUB_FAILED as soon as another node
-        leads, and merged into the next primary's log like any message a member holds."""
+        """Accept messages published to this primary (here, or forwarded by a replica):
+        they are written to the log and streamed by `flush_task`, once per scheduler pass
+        for every publisher served in it (one write(2) and one MSGS frame per member for all
+        of them), and their PUBs answered once a quorum has them (`wait_replicated`)."""
         self.outbox.append((due, frames))
         self.outbox_count += len(frames)
         self.accepted += len(frames)
@@ -286,6 +291,8 @@ class TopicReplica:
         while not self.topic.exiting:
             await self.flush_wake.wait()
             self.flush()
+            if self.forwarder.open is not None:
+                self.forwarder.seal()
 
     async def sync_task(self) -> None:
         """--sync-ack: fsync the log after writes (one fsync for every write made while the
@@ -825,6 +832,8 @@ class TopicReplica:
             epoch_text(self.epoch),
             len(self.log),
         )
+        self.owed_to = self
+        self.forwarder.primary_changed()  # what waited for a primary is published here
 
     def step_down(self, epoch: int, why: str) -> None:
         """Become a replica (of `epoch`, if higher): stop serving, close the consumers'
@@ -873,7 +882,9 @@ class TopicReplica:
     # -- requests from the other members ----------------------------------------------------
 
     def heard(self, sender: int) -> None:
-        self.primary = sender
+        if sender != self.primary:
+            self.primary = sender
+            self.forwarder.primary_changed()
         self.last_heard = trio.current_time()
         if self.waiters and self.role == REPLICA:
             self._fail_waiters()  # PUBs held here: another node leads, answer them now
@@ -1041,4 +1052,5 @@ class TopicReplica:
             "log_messages": len(self.log),
             "under_replicated": self.under_replicated,
             "failovers": self.failovers,
+            **self.forwarder.stats(),
         }

@@ -45,6 +45,9 @@ TOPIC = 17
 BARRIER, BARRIER_ACK = 18, 19
 FORWARD, FORWARD_REPLY = 20, 21
 DELETED = 22
+#: Messages published to a replica, forwarded to the primary, and its answer
+#: (replication_forward.py).
+PUB_FORWARD, PUB_FORWARD_REPLY = 28, 29
 NAMES = {
     value: name
     for name, value in globals().items()
