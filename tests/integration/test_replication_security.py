@@ -48,6 +48,9 @@ async def test_members_with_tls_replicate_over_tls(tmp_path: Path) -> None:
         n2 = cluster.nodes[1]
         assert n2 is not None
         await cluster.until(lambda: len(n2.topics["rt"].replica.log) == 2)
+        # A publish to the replica is forwarded to the primary over TLS.
+        assert await publish(n2, "rt", [b"c"]) == [b"c"]
+        assert len(n1.topics["rt"].replica.log) == 3
         for node in cluster.live():
             peer = node.replication.peers[0]
             assert peer.connected and peer.tls
