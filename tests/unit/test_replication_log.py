@@ -373,3 +373,24 @@ async def test_compact_runs_the_rewrite_in_the_runner_while_appends_go_on(
     assert list(log.records()) == live + appended
     assert not await log.compact(runner)  # nothing more to drop
     log.close()
+
+
+def test_a_channel_deleted_and_created_again_during_a_compaction_keeps_its_own_fins(
+    tmp_path: Path,
+) -> None:
+    log, live, _ = compactable(tmp_path)
+    log.add_channel("a")  # finished what c has: the records compaction drops
+    log.finish("c", [framed_id(f) for _, f in live[:2]])  # and c beyond them
+    compaction = log.start_compaction()
+    assert compaction is not None
+    compaction.rewrite()
+    log.delete_channel("c")
+    log.finished["c"] = set()  # created again, with nothing finished
+    log.finish("c", [framed_id(live[5][1])])
+    log.write_fins()
+    assert log.finish_compaction(compaction)
+    assert log.finished["c"] == {framed_id(live[5][1])}
+    log.close()
+    again = ReplicationLog(str(tmp_path), TOPIC)
+    assert again.finished["c"] == {framed_id(live[5][1])}
+    again.close()

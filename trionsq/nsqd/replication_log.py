@@ -473,6 +473,9 @@ class ReplicationLog:
     def delete_channel(self, channel: str) -> None:
         if self.finished.pop(channel, None) is None:
             return
+        self._fins_unwritten.pop(channel, None)
+        if self._compaction is not None:  # its rewritten FIN file is not put in place
+            self._compaction.deleted.add(channel)
         fd = self._fin_fds.pop(channel, None)
         if fd is not None:
             os.close(fd)
@@ -624,7 +627,7 @@ class ReplicationLog:
         held = compaction.held
         for channel, done in self.finished.items():
             done &= held  # what compaction dropped, and IDs of messages never held
-            tmp = compaction.fin_tmps.pop(channel, None)
+            tmp = None if channel in compaction.deleted else compaction.fin_tmps.pop(channel, None)
             if tmp is None:
                 continue  # created meanwhile: its file keeps a few IDs no longer needed
             if channel in since:
@@ -695,6 +698,8 @@ class Compaction:
         self._fin_paths = fin_paths
         #: channel -> its rewritten FIN file
         self.fin_tmps: dict[str, str] = {}
+        #: Channels deleted meanwhile (one created again under the name keeps its own file).
+        self.deleted: set[str] = set()
 
     def rewrite(self) -> None:
         """The records of the old file up to its length at the start, less `gone`, to the
