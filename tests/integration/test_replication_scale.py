@@ -7,6 +7,7 @@ and answers summaries without stalling its event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,13 @@ from typing import Any
 import pytest
 import trio
 
-from tests.integration.test_replication import Cluster, publish
+from tests.integration.test_replication import Cluster, Proxy, publish
 from tests.nsqd_harness import Conn
 from trionsq.nsqd import replication_wire as wire
 from trionsq.nsqd.nsqd import NSQD
 from trionsq.nsqd.replication_log import FIN_SUFFIX, LOG_SUFFIX, encode_frames
 from trionsq.nsqd.replication_topic import ReplicatedTopic, TopicReplica
-from trionsq.protocol import dpub, fin, mpub, pub, rdy, req
+from trionsq.protocol import dpub, fin, mpub, pub, rdy, req, touch
 from trionsq.protocol.message import encode_new_frames, framed_id
 
 TOPIC = "rt"
@@ -110,7 +111,17 @@ async def test_a_fin_merged_from_a_joining_member_is_not_delivered_again(
         channel = n1.topics[TOPIC].channels["c"]
         if where == "disk":
             assert channel.backend.depth and not channel.memory
-        await rejoin_with_fin(cluster, 2, target)
+        async with trio.open_nursery() as holding:
+            if where == "in_flight":  # held (TOUCH) until the member has rejoined
+
+                async def keep_holding() -> None:
+                    while True:
+                        await trio.sleep(0.3)
+                        await consumer.send(touch(target))
+
+                holding.start_soon(keep_holding)
+            await rejoin_with_fin(cluster, 2, target)
+            holding.cancel_scope.cancel()
         if where == "deferred":
             await trio.sleep(2.6)  # its due time has passed
         assert await publish(n1, TOPIC, [b"end"]) == [b"end"]
@@ -281,6 +292,43 @@ async def test_a_large_log_does_not_stall_a_takeover_or_a_summary(tmp_path: Path
             await cluster.until(lambda: channel.depth == held, 30)
             measuring.cancel_scope.cancel()
         longest = max(gaps)
-        print(f"longest {longest:.3f} s over {len(gaps)} ticks")
         assert longest < 0.3, f"the event loop stalled for {longest:.3f} s"
         cluster.stop()
+
+
+async def test_a_catch_up_the_member_stops_acknowledging_ends(tmp_path: Path) -> None:
+    """A stalled member does not hold the catch-up (and the log's compaction) for ever: it
+    ends after --replication-ack-timeout without an acknowledgement, and the member is synced
+    again once it answers."""
+    window = 16 * 1024
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, tmp_path, replication_window=window, replication_ack_timeout=1.0)
+        proxy = Proxy(cluster.ports[2])  # node 1's connection to node 3
+        await nursery.start(proxy.run)
+        options = cluster.options[0]
+        cluster.options[0] = dataclasses.replace(
+            options, replicate_to=[cluster.addresses[1], f"127.0.0.1:{proxy.port}"]
+        )
+        await cluster.start_all()
+        n1 = cluster.nodes[0]
+        assert n1 is not None
+        assert await publish(n1, TOPIC, [b"warm"]) == [b"warm"]
+        cluster.crash(2)
+        conn = await Conn.open(n1)
+        for batch in range(20):
+            await conn.send(mpub(TOPIC, [b"%d-%d-" % (batch, i) + b"x" * 200 for i in range(50)]))
+            assert await conn.response() == b"OK"
+        await conn.aclose()
+        primary = replica(n1)
+        await cluster.start(2)
+        await cluster.until(lambda: 3 in primary.catching_up)
+        proxy.set("stall")
+        await cluster.until(lambda: 3 not in primary.catching_up, 5)
+        assert primary.log.pins == 0 and 3 not in primary.members
+        proxy.set("pass")
+        await cluster.until(lambda: 3 in primary.members, 10)
+        member = replica(cluster.nodes[2])
+        await cluster.until(lambda: member.log.ids() == primary.log.ids())
+        assert len(member.log) == len(primary.log)
+        cluster.stop()
+        nursery.cancel_scope.cancel()

@@ -43,18 +43,22 @@ POLL = 0.05
 class CatchUp:
     """The catch-up frames sent to one member and not yet acknowledged."""
 
-    __slots__ = ("sent", "unacked", "unacked_bytes", "wake")
+    __slots__ = ("progress_at", "sent", "unacked", "unacked_bytes", "wake")
 
     def __init__(self) -> None:
         self.sent = 0
         self.unacked: deque[tuple[int, int]] = deque()  # (sequence, frame size)
         self.unacked_bytes = 0
         self.wake = Wakeup()
+        #: When the member last acknowledged a frame (or was sent one with none pending).
+        self.progress_at = 0.0
 
     def next_total(self) -> int:
         return CATCH_UP_BASE + self.sent + 1
 
     def frame_sent(self, size: int) -> None:
+        if not self.unacked:
+            self.progress_at = trio.current_time()
         self.sent += 1
         self.unacked.append((self.sent, size))
         self.unacked_bytes += size
@@ -67,6 +71,7 @@ class CatchUp:
         while unacked and unacked[0][0] <= sequence:
             freed += unacked.popleft()[1]
         self.unacked_bytes -= freed
+        self.progress_at = trio.current_time()
         self.wake.set()
         return freed
 
@@ -107,6 +112,7 @@ async def catch_up(
     nsqd = replica.repl.nsqd
     window = nsqd.options.replication_window
     chunk = max(window // 2, 1)  # a record larger than that is read whole all the same
+    stalled = nsqd.options.replication_ack_timeout
 
     def going_on() -> bool:
         return replica.leads(epoch) and peer.connected and peer.connections == connection
@@ -117,10 +123,14 @@ async def catch_up(
         await trio.sleep(POLL)
     if not going_on():
         return None
+    try:
+        reader = topic_log.snapshot()
+    except OSError as err:
+        log.error("REPLICATION(%s): failed to read the log - %s", replica.name, err)
+        return None
     state = CatchUp()
     replica.catching_up[node_id] = state
     topic_log.pins += 1
-    reader = topic_log.snapshot()
     offset = start[1] if start[0] == topic_log.generation else 0
     sent = 0
     try:
@@ -131,6 +141,13 @@ async def catch_up(
                 replica.join_stream(peer, epoch, state, theirs)
                 return sent
             if offset >= end or (state.unacked and state.unacked_bytes + chunk > window):
+                if state.unacked and trio.current_time() - state.progress_at > stalled:
+                    log.warning(
+                        "REPLICATION(%s): node %d acknowledges nothing of its catch-up",
+                        replica.name,
+                        node_id,
+                    )
+                    return None  # synced again at a later tick
                 with trio.move_on_after(POLL):
                     await state.wake.wait()
             else:

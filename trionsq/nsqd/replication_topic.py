@@ -838,7 +838,10 @@ class TopicReplica:
         # chunk at a time); what is published from now on reaches them the ordinary way.
         nursery = self.repl.nsqd._nursery
         assert nursery is not None
-        nursery.start_soon(self._rebuild, self.log.snapshot(), self.epoch)
+        try:
+            nursery.start_soon(self._rebuild, self.log.snapshot(), self.epoch)
+        except OSError as err:
+            log.error("REPLICATION(%s): failed to read the log - %s", self.name, err)
         lookup = self.repl.nsqd.lookup
         lookup.hidden.discard(self.name)
         if topic.channels:
