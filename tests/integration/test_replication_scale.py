@@ -320,9 +320,18 @@ async def test_a_catch_up_the_member_stops_acknowledging_ends(tmp_path: Path) ->
             assert await conn.response() == b"OK"
         await conn.aclose()
         primary = replica(n1)
+        peer = next(p for p in n1.replication.peers if p.address.endswith(f":{proxy.port}"))
+        send = peer.send
+
+        def stall_at_catch_up(frame: bytes) -> bool:
+            if frame[4] == wire.MSGS and 3 in primary.catching_up:
+                proxy.set("stall")  # the member gets nothing more, acknowledges nothing
+            return send(frame)
+
+        peer.send = stall_at_catch_up  # type: ignore[method-assign]
         await cluster.start(2)
         await cluster.until(lambda: 3 in primary.catching_up)
-        proxy.set("stall")
+        peer.send = send  # type: ignore[method-assign]
         await cluster.until(lambda: 3 not in primary.catching_up, 5)
         assert primary.log.pins == 0 and 3 not in primary.members
         proxy.set("pass")

@@ -18,6 +18,7 @@ of a stream frame, which follows the catch-up on the connection, covers it too).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from typing import TYPE_CHECKING
@@ -38,29 +39,27 @@ log = logging.getLogger("trionsq.nsqd")
 CATCH_UP_BASE = 1 << 62
 #: How often a catch-up waiting for acknowledgements checks that it should go on.
 POLL = 0.05
+#: Catch-up frames' sequences: increasing, never reused (an acknowledgement of an earlier
+#: catch-up's frame never counts for a later one).
+_sequences = itertools.count(1)
 
 
 class CatchUp:
     """The catch-up frames sent to one member and not yet acknowledged."""
 
-    __slots__ = ("progress_at", "sent", "unacked", "unacked_bytes", "wake")
+    __slots__ = ("progress_at", "unacked", "unacked_bytes", "wake")
 
     def __init__(self) -> None:
-        self.sent = 0
         self.unacked: deque[tuple[int, int]] = deque()  # (sequence, frame size)
         self.unacked_bytes = 0
         self.wake = Wakeup()
         #: When the member last acknowledged a frame (or was sent one with none pending).
         self.progress_at = 0.0
 
-    def next_total(self) -> int:
-        return CATCH_UP_BASE + self.sent + 1
-
-    def frame_sent(self, size: int) -> None:
+    def frame_sent(self, sequence: int, size: int) -> None:
         if not self.unacked:
             self.progress_at = trio.current_time()
-        self.sent += 1
-        self.unacked.append((self.sent, size))
+        self.unacked.append((sequence, size))
         self.unacked_bytes += size
 
     def acknowledged(self, total: int) -> int:
@@ -159,11 +158,12 @@ async def catch_up(
                     log.error("REPLICATION(%s): failed to read the log - %s", replica.name, err)
                     return None
                 if blob and going_on():
+                    sequence = next(_sequences)
                     frame = wire.encode_stream(
-                        wire.MSGS, replica.name, epoch, state.next_total(), blob
+                        wire.MSGS, replica.name, epoch, CATCH_UP_BASE + sequence, blob
                     )
                     peer.send(frame)
-                    state.frame_sent(len(frame))
+                    state.frame_sent(sequence, len(frame))
                     sent += count
             if not going_on():
                 return None
