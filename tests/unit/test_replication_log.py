@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -21,7 +22,9 @@ from trionsq.nsqd.replication_log import (
     decode_records,
     encode_frames,
     encode_records,
+    read_chunk,
     scan_ids,
+    without_ids,
 )
 from trionsq.protocol.message import encode_new_frames, framed_id
 
@@ -29,7 +32,11 @@ TOPIC = "rt"
 
 
 def _require_compiled() -> None:
-    if log_module.COMPILED_ENCODE_FRAMES is None or log_module.COMPILED_COUNT_RECORDS is None:
+    if (
+        log_module.COMPILED_ENCODE_FRAMES is None
+        or log_module.COMPILED_COUNT_RECORDS is None
+        or log_module.COMPILED_SCAN_IDS is None
+    ):
         if os.environ.get("TRIONSQ_PURE_PYTHON"):
             pytest.skip("TRIONSQ_PURE_PYTHON is set: the compiled loops are not wanted")
         pytest.fail(
@@ -64,11 +71,16 @@ def test_compiled_and_python_loops_agree(bodies: list[bytes], due: int, cut: int
     assert log_module.COMPILED_COUNT_RECORDS is not None
     assert log_module.COMPILED_ENCODE_FRAMES(encoded, due) == blob
     assert blob == encode_records([(due, f) for f in encoded])
+    assert log_module.COMPILED_SCAN_IDS is not None
     for data in (blob, blob[: min(cut, len(blob))], blob[:cut] + b"\xff" * 12):
         for minimum in (1, 42, 60):
             assert log_module.COMPILED_COUNT_RECORDS(
                 data, minimum
             ) == log_module._count_log_records(data, minimum)
+        for minimum in (42, 60):
+            assert log_module.COMPILED_SCAN_IDS(data, minimum) == log_module._scan_log_ids(
+                data, minimum
+            )
 
 
 def test_encode_frames_matches_encode_records() -> None:
@@ -229,4 +241,156 @@ def test_compaction_drops_what_every_channel_finished(tmp_path: Path) -> None:
     log.close()
     again = ReplicationLog(str(tmp_path), TOPIC)
     assert list(again.records()) == live + records(count, 2)
+    again.close()
+
+
+# -- scans and compaction off the event loop -----------------------------------------------
+
+
+def compactable(tmp_path: Path) -> tuple[ReplicationLog, list[tuple[int, bytes]], int]:
+    """A log whose first COMPACT_MIN + 5 records channel c finished (compaction is due)."""
+    log = ReplicationLog(str(tmp_path), TOPIC)
+    count = COMPACT_MIN * 2 + 10
+    recs = records(0, count)
+    log.append(recs)
+    log.add_channel("c")
+    log.finish("c", [framed_id(f) for _, f in recs[: COMPACT_MIN + 5]])
+    log.write_fins()
+    return log, recs[COMPACT_MIN + 5 :], count
+
+
+def test_read_chunk_returns_whole_records_at_least_one(tmp_path: Path) -> None:
+    log = ReplicationLog(str(tmp_path), TOPIC)
+    recs = records(0, 5)
+    log.append(recs)
+    size = len(encode_records(recs[:1]))
+    snapshot = log.snapshot()
+    assert read_chunk(snapshot.fd, 0, log.bytes, 2 * size + 3) == encode_records(recs[:2])
+    assert read_chunk(snapshot.fd, size, log.bytes, 1) == encode_records(recs[1:2])
+    assert read_chunk(snapshot.fd, 0, 3 * size, 10 * size) == encode_records(recs[:3])
+    assert read_chunk(snapshot.fd, log.bytes, log.bytes, 100) == b""
+    snapshot.close()
+    blob = encode_records(recs)
+    theirs = {framed_id(recs[1][1]), framed_id(recs[3][1])}
+    assert without_ids(blob, theirs) == (encode_records([recs[0], recs[2], recs[4]]), 3)
+    assert without_ids(blob, set()) == (blob, 5)
+    log.close()
+
+
+def test_a_snapshot_reads_the_log_as_it_was(tmp_path: Path) -> None:
+    """Appends after it are not seen, and a compaction (which replaces the file) does not
+    change what it reads."""
+    log, live, count = compactable(tmp_path)
+    everything = list(log.records())
+    snapshot = log.snapshot()
+    assert log.compact_if_needed()
+    log.append(records(count, 3))
+    assert snapshot.records() == everything
+    assert snapshot.ids() == ids_of(everything)
+    held, first = snapshot.ids_and_first_lacking(ids_of(everything[:7]))
+    assert held == ids_of(everything) and first == len(encode_records(everything[:7]))
+    assert snapshot.ids_and_first_lacking(ids_of(everything))[1] == snapshot.size
+    snapshot.close()
+    assert list(log.records()) == live + records(count, 3)
+    log.close()
+
+
+def test_appends_and_fins_during_a_compaction_are_kept(tmp_path: Path) -> None:
+    """The rewrite runs in a worker thread while the event loop appends and records FINs:
+    what was appended meanwhile follows the rewritten records, what was finished meanwhile
+    stays finished (in memory and in the FIN file)."""
+    log, live, count = compactable(tmp_path)
+    compaction = log.start_compaction()
+    assert compaction is not None and log.compacting
+    assert log.start_compaction() is None  # one at a time
+    compaction.rewrite()
+    during = records(count, 4)
+    log.append(during[:2])
+    compaction.copy_tail(log.bytes)  # a round of the tail in the worker
+    log.append(during[2:])
+    late_fins = [framed_id(live[0][1]), framed_id(during[0][1])]
+    log.finish("c", late_fins)
+    log.write_fins()
+    assert log.finish_compaction(compaction)
+    assert not log.compacting and log.generation == 1
+    assert list(log.records()) == live + during
+    assert len(log) == len(live) + 4
+    assert log.finished["c"] == set(late_fins)
+    log.append(records(count + 4, 1))  # appends go on in the new file
+    log.close()
+    again = ReplicationLog(str(tmp_path), TOPIC)
+    assert list(again.records()) == live + during + records(count + 4, 1)
+    assert again.finished["c"] == set(late_fins)
+    again.close()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_no_compaction_while_a_reader_follows_the_log(tmp_path: Path) -> None:
+    log, _, _ = compactable(tmp_path)
+    log.pins += 1
+    assert not log.compaction_due() and log.start_compaction() is None
+    log.pins -= 1
+    assert log.compaction_due()
+    log.close()
+
+
+def test_a_compaction_is_abandoned_when_the_log_closes(tmp_path: Path) -> None:
+    log, _, count = compactable(tmp_path)
+    everything = list(log.records())
+    compaction = log.start_compaction()
+    assert compaction is not None
+    compaction.rewrite()
+    log.close()
+    assert not log.finish_compaction(compaction)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    again = ReplicationLog(str(tmp_path), TOPIC)
+    assert list(again.records()) == everything and len(again) == count
+    again.close()
+
+
+async def test_compact_runs_the_rewrite_in_the_runner_while_appends_go_on(
+    tmp_path: Path,
+) -> None:
+    log, live, count = compactable(tmp_path)
+    appended: list[tuple[int, bytes]] = []
+    calls = []
+
+    async def runner(fn: Any, *args: Any) -> Any:
+        calls.append(fn.__name__)
+        # Appends meanwhile: enough for a tail round in the runner, then a few more.
+        batch = records(count + len(appended), 400 if len(calls) == 1 else 2)
+        log.append(batch)
+        appended.extend(batch)
+        return fn(*args)
+
+    log_module_tail = log_module.TAIL_IN_LOOP
+    log_module.TAIL_IN_LOOP = 1000
+    try:
+        assert await log.compact(runner)
+    finally:
+        log_module.TAIL_IN_LOOP = log_module_tail
+    assert calls[0] == "rewrite" and "copy_tail" in calls
+    assert list(log.records()) == live + appended
+    assert not await log.compact(runner)  # nothing more to drop
+    log.close()
+
+
+def test_a_channel_deleted_and_created_again_during_a_compaction_keeps_its_own_fins(
+    tmp_path: Path,
+) -> None:
+    log, live, _ = compactable(tmp_path)
+    log.add_channel("a")  # finished what c has: the records compaction drops
+    log.finish("c", [framed_id(f) for _, f in live[:2]])  # and c beyond them
+    compaction = log.start_compaction()
+    assert compaction is not None
+    compaction.rewrite()
+    log.delete_channel("c")
+    log.finished["c"] = set()  # created again, with nothing finished
+    log.finish("c", [framed_id(live[5][1])])
+    log.write_fins()
+    assert log.finish_compaction(compaction)
+    assert log.finished["c"] == {framed_id(live[5][1])}
+    log.close()
+    again = ReplicationLog(str(tmp_path), TOPIC)
+    assert again.finished["c"] == {framed_id(live[5][1])}
     again.close()

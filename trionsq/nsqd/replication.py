@@ -296,7 +296,7 @@ class Replication:
         if kind == wire.SYNC:
             return await replica.on_sync(sender, header)
         if kind == wire.WANT:
-            return replica.on_want(header, blob)
+            return await replica.on_want(header, blob)
         raise wire.WireError(f"unexpected request {wire.NAMES.get(kind, kind)}")
 
     async def answer_forward(

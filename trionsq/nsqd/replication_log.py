@@ -18,6 +18,13 @@ the log is rewritten without them (and the FIN files without their IDs).
 Memory: the finished IDs, nothing per message published (the publish and stream paths append
 without indexing); which IDs the log holds, and their bodies, are read back from disk (a scan
 of the log) for a summary, a merge, a peer that lacks them, a takeover and a compaction.
+
+The scans and the compaction read (and rewrite) the whole file: the event loop hands them to a
+worker thread. A scan reads a `LogSnapshot` (a descriptor of the file and its length when it
+was taken: appends after it are not seen, and a compaction that replaces the file meanwhile
+does not change what it reads). A `Compaction` rewrites the file in a worker thread while the
+loop goes on appending; the records appended meanwhile are copied after it, and the new file
+replaces the old one in the loop, between two appends.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Container, Iterable, Iterator
+from typing import Any, TypeVar
 
 from ..protocol.message import FRAMED_BODY_OFFSET, framed_id
 
@@ -40,7 +48,17 @@ ID_SIZE = 16
 DROPPED_MAX = 1_000_000
 #: Compaction runs once this many records are finished everywhere (and more than are live).
 COMPACT_MIN = 1000
+#: Bytes of the log a scan reads at a time (its memory, besides what it returns).
+SCAN_CHUNK = 4 * 1024 * 1024
+#: A compaction copies the records appended while it ran in a worker thread until fewer than
+#: this many bytes are left (at most TAIL_ROUNDS times); the rest is copied in the event loop
+#: as the new file replaces the old one.
+TAIL_IN_LOOP = 256 * 1024
+TAIL_ROUNDS = 4
+_MIN_LENGTH = 8 + FRAMED_BODY_OFFSET
+_LENGTH = struct.Struct(">I")
 
+_T = TypeVar("_T")
 Record = tuple[int, bytes]
 """``(due time in Unix ns or 0, framed message)``."""
 
@@ -67,26 +85,45 @@ def _count_log_records(data: bytes, min_length: int) -> tuple[int, int]:
     return count, pos
 
 
+def _scan_log_ids(data: bytes, min_length: int) -> tuple[list[bytes], int]:
+    unpack = _HEAD.unpack_from
+    id_at = 12 + FRAMED_BODY_OFFSET - 16
+    ids: list[bytes] = []
+    pos, end = 0, len(data)
+    while end - pos >= _HEAD.size:
+        length = unpack(data, pos)[0]
+        if length < min_length or pos + 4 + length > end:
+            break
+        ids.append(data[pos + id_at : pos + id_at + 16])
+        pos += 4 + length
+    return ids, pos
+
+
 EncodeFrames = Callable[[list[bytes], int], bytes]
 CountRecords = Callable[[bytes, int], tuple[int, int]]
+ScanIds = Callable[[bytes, int], tuple[list[bytes], int]]
 #: The compiled loops (trionsq/protocol/_speedups.c), None where it was not built.
 COMPILED_ENCODE_FRAMES: EncodeFrames | None = None
 COMPILED_COUNT_RECORDS: CountRecords | None = None
+COMPILED_SCAN_IDS: ScanIds | None = None
 try:
     from ..protocol._speedups import count_log_records as COMPILED_COUNT_RECORDS
     from ..protocol._speedups import encode_log_records as COMPILED_ENCODE_FRAMES
+    from ..protocol._speedups import scan_log_ids as COMPILED_SCAN_IDS
 except ImportError:  # not built: the Python loops above
     pass
 _encode: EncodeFrames = _encode_frames
 _count: CountRecords = _count_log_records
+_scan_ids: ScanIds = _scan_log_ids
 
 
 def use_compiled_loops(compiled: bool) -> None:
     """Use the compiled loops (when built) or the Python ones (the reference: tests run
     both)."""
-    global _encode, _count
+    global _encode, _count, _scan_ids
     _encode = (compiled and COMPILED_ENCODE_FRAMES) or _encode_frames
     _count = (compiled and COMPILED_COUNT_RECORDS) or _count_log_records
+    _scan_ids = (compiled and COMPILED_SCAN_IDS) or _scan_log_ids
 
 
 use_compiled_loops(not os.environ.get("TRIONSQ_PURE_PYTHON"))
@@ -109,17 +146,7 @@ def count_records(data: bytes) -> int:
 def scan_ids(data: bytes) -> tuple[list[bytes], int]:
     """The message IDs of the whole records at the head of `data` (encoded by
     `encode_records`), and where they end: at a torn or malformed record, or the end."""
-    unpack = _HEAD.unpack_from
-    id_at = 12 + FRAMED_BODY_OFFSET - 16
-    ids: list[bytes] = []
-    pos, end = 0, len(data)
-    while pos + _HEAD.size <= end:
-        length = unpack(data, pos)[0]
-        if length < 8 + FRAMED_BODY_OFFSET or pos + 4 + length > end:
-            break
-        ids.append(data[pos + id_at : pos + id_at + 16])
-        pos += 4 + length
-    return ids, pos
+    return _scan_ids(data, _MIN_LENGTH)
 
 
 def decode_records(data: bytes | memoryview) -> list[Record]:
@@ -136,6 +163,138 @@ def decode_records(data: bytes | memoryview) -> list[Record]:
         out.append((due, bytes(view[pos + 12 : pos + 4 + length])))
         pos += 4 + length
     return out
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    parts = []
+    while size > 0:
+        data = os.pread(fd, size, offset)
+        if not data:
+            break
+        parts.append(data)
+        size -= len(data)
+        offset += len(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def read_chunk(fd: int, offset: int, end: int, max_bytes: int) -> bytes:
+    """The whole records of the log open as `fd` from `offset` on (a record's start), not
+    past `end`: as many as fit in `max_bytes`, at least one (blocking). Raises ValueError on
+    a malformed record."""
+    if offset >= end:
+        return b""
+    data = _pread(fd, min(end - offset, max_bytes), offset)
+    pos = _count(data, _MIN_LENGTH)[1]
+    if pos:
+        return data if pos == len(data) else data[:pos]
+    if len(data) < 4:
+        data = _pread(fd, 4, offset)
+        if len(data) < 4:
+            raise ValueError("truncated record")
+    length = _LENGTH.unpack_from(data)[0]
+    if length < _MIN_LENGTH or offset + 4 + length > end:
+        raise ValueError("bad record length")
+    data = _pread(fd, 4 + length, offset)
+    if len(data) != 4 + length:
+        raise ValueError("truncated record")
+    return data
+
+
+def record_spans(blob: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """(ID, start, end) of each record of `blob` (whole records, encoded by
+    `encode_records`)."""
+    unpack = _LENGTH.unpack_from
+    id_at = 12 + FRAMED_BODY_OFFSET - 16
+    pos, end = 0, len(blob)
+    while pos < end:
+        stop = pos + 4 + unpack(blob, pos)[0]
+        yield blob[pos + id_at : pos + id_at + 16], pos, stop
+        pos = stop
+
+
+def without_ids(blob: bytes, ids: Container[bytes]) -> tuple[bytes, int]:
+    """The records of `blob` (whole records) whose IDs are not in `ids`, and how many."""
+    kept: list[bytes] = []
+    whole = True
+    for message_id, start, stop in record_spans(blob):
+        if message_id in ids:
+            whole = False
+        else:
+            kept.append(blob[start:stop])
+    return (blob if whole else b"".join(kept)), len(kept)
+
+
+class LogSnapshot:
+    """The log as it was when taken: a descriptor of its file and its length then. Appends
+    made after are not seen, and a compaction that replaces the file meanwhile does not change
+    what it reads. Its reads block (a worker thread's work); `close` it when done."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.size = size
+
+    def chunks(self, offset: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """The records from `offset` to `end` (its length), SCAN_CHUNK bytes at a time."""
+        stop = self.size if end is None else end
+        while offset < stop:
+            data = read_chunk(self.fd, offset, stop, SCAN_CHUNK)
+            offset += len(data)
+            yield data
+
+    def ids(self) -> set[bytes]:
+        held: set[bytes] = set()
+        for data in self.chunks():
+            held.update(scan_ids(data)[0])
+        return held
+
+    def ids_and_first_lacking(self, theirs: set[bytes]) -> tuple[set[bytes], int]:
+        """`ids`, and the offset of the first record whose ID is not in `theirs` (its
+        length if there is none): a peer holding `theirs` lacks nothing before it."""
+        held: set[bytes] = set()
+        first = -1
+        offset = 0
+        for data in self.chunks():
+            ids = scan_ids(data)[0]
+            held.update(ids)
+            if first < 0 and not theirs.issuperset(ids):
+                for message_id, start, _ in record_spans(data):
+                    if message_id not in theirs:
+                        first = offset + start
+                        break
+            offset += len(data)
+        return held, self.size if first < 0 else first
+
+    def records(self) -> list[Record]:
+        out: list[Record] = []
+        for data in self.chunks():
+            out += decode_records(data)
+        return out
+
+    def records_from(self, offset: int, max_bytes: int) -> tuple[list[Record], int]:
+        """The records from `offset` on, about `max_bytes` of them, and where they end."""
+        data = read_chunk(self.fd, offset, self.size, max_bytes)
+        return decode_records(data), offset + len(data)
+
+    def read(self, ids: Iterable[bytes]) -> list[Record]:
+        wanted = set(ids)
+        out: list[Record] = []
+        if wanted:
+            for data in self.chunks():
+                if not wanted.isdisjoint(scan_ids(data)[0]):
+                    out += [r for r in decode_records(data) if framed_id(r[1]) in wanted]
+        return out
+
+    def read_lacking(self, theirs: set[bytes]) -> list[Record]:
+        out: list[Record] = []
+        for data in self.chunks():
+            if not theirs.issuperset(scan_ids(data)[0]):
+                out += [r for r in decode_records(data) if framed_id(r[1]) not in theirs]
+        return out
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def fsync_handles(fds: list[int]) -> None:
@@ -169,6 +328,15 @@ class ReplicationLog:
         self.dropped: dict[bytes, None] = {}
         #: IDs /topic/empty dropped: finished for every channel, present and future.
         self.emptied: set[bytes] = set()
+        #: Readers that follow the file as it grows (a member's catch-up): no compaction
+        #: starts while there are any.
+        self.pins = 0
+        #: Compactions so far: an offset into the file is one into its generation's file.
+        self.generation = 0
+        self.closed = False
+        self._compaction: Compaction | None = None
+        #: channel -> FIN IDs written to its old FIN file while a compaction runs
+        self._fins_since: dict[str, list[bytes]] = {}
         self._load()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -218,12 +386,25 @@ class ReplicationLog:
     def __len__(self) -> int:
         return self.count
 
+    def snapshot(self) -> LogSnapshot:
+        """The log as it is now, for a scan in a worker thread (`LogSnapshot`)."""
+        return LogSnapshot(self.path, self.bytes)
+
+    @property
+    def compacting(self) -> bool:
+        return self._compaction is not None
+
+    def _scan(self, fn: Callable[[LogSnapshot], _T]) -> _T:
+        snapshot = self.snapshot()
+        try:
+            return fn(snapshot)
+        finally:
+            snapshot.close()
+
     def ids(self) -> set[bytes]:
-        """The IDs of the messages the log holds (a scan of the log: for a summary or a
-        merge, not for the publish path)."""
-        with open(self.path, "rb") as f:
-            data = f.read(self.bytes)
-        return set(scan_ids(data)[0])
+        """The IDs of the messages the log holds (a scan of the log, blocking: the event
+        loop scans a `snapshot` in a worker thread)."""
+        return self._scan(LogSnapshot.ids)
 
     def append(self, records: list[Record], known: set[bytes] | None = None) -> bytes:
         """Write the records (one write(2)); returns them encoded. With `known` (the IDs
@@ -276,21 +457,16 @@ class ReplicationLog:
         return count
 
     def read(self, ids: Iterable[bytes]) -> list[Record]:
-        """The records of `ids` the log holds, read back from disk (a scan of the log)."""
-        wanted = set(ids)
-        if not wanted:
-            return []
-        return [r for r in self.records() if framed_id(r[1]) in wanted]
+        """The records of `ids` the log holds, read back from disk (a scan, blocking)."""
+        return self._scan(lambda snapshot: snapshot.read(ids))
 
     def read_lacking(self, theirs: set[bytes]) -> list[Record]:
-        """The records whose IDs are not in `theirs` (a scan of the log)."""
-        return [r for r in self.records() if framed_id(r[1]) not in theirs]
+        """The records whose IDs are not in `theirs` (a scan, blocking)."""
+        return self._scan(lambda snapshot: snapshot.read_lacking(theirs))
 
     def records(self) -> Iterator[Record]:
-        """Every record, in log order (read from disk)."""
-        with open(self.path, "rb") as f:
-            data = f.read(self.bytes)
-        yield from decode_records(data)
+        """Every record, in log order (read from disk, blocking)."""
+        yield from self._scan(LogSnapshot.records)
 
     # -- channels and FINs ------------------------------------------------------------------
 
@@ -310,6 +486,9 @@ class ReplicationLog:
     def delete_channel(self, channel: str) -> None:
         if self.finished.pop(channel, None) is None:
             return
+        self._fins_unwritten.pop(channel, None)
+        if self._compaction is not None:  # its rewritten FIN file is not put in place
+            self._compaction.deleted.add(channel)
         fd = self._fin_fds.pop(channel, None)
         if fd is not None:
             os.close(fd)
@@ -317,7 +496,10 @@ class ReplicationLog:
             os.unlink(self._fin_path(channel))
         except FileNotFoundError:
             pass
-        self.dead = self._count_dead(self.ids())
+        # Counted without a scan of the log: a FIN of a message it never held counts too
+        # (compaction, which this count only triggers, drops those).
+        sets = list(self.finished.values())
+        self.dead = len(set.intersection(*sets)) if sets else 0
 
     def finish(self, channel: str, ids: Iterable[bytes]) -> int:
         """Record that `channel` finished `ids` (those it had not); returns how many were
@@ -345,9 +527,12 @@ class ReplicationLog:
         if not self._fins_unwritten:
             return
         unwritten, self._fins_unwritten = self._fins_unwritten, {}
+        compacting = self._compaction is not None
         for channel, ids in unwritten.items():
             if channel in self.finished:
                 os.write(self._fin_fd(channel), b"".join(ids))
+                if compacting:  # the rewritten FIN file gets them too
+                    self._fins_since.setdefault(channel, []).extend(ids)
 
     def empty_topic(self, ids: Iterable[bytes]) -> int:
         """Record IDs dropped from the topic's queue (/topic/empty): finished for every
@@ -401,46 +586,110 @@ class ReplicationLog:
         fsync_handles(self.sync_handles())
 
     def compact_if_needed(self) -> bool:
-        """Drop the records every channel has finished once they outnumber the live ones
-        (and COMPACT_MIN): rewrite the log and the FIN files (temp file, fsync, rename)."""
-        if self.dead < COMPACT_MIN or self.dead < self.count - self.dead:
+        """`start_compaction`, its rewrite and `finish_compaction`, all at once (blocking):
+        the event loop runs the rewrite in a worker thread (`compact`)."""
+        compaction = self.start_compaction()
+        if compaction is None:
             return False
+        try:
+            compaction.rewrite()
+        except BaseException:
+            self.abandon_compaction(compaction)
+            raise
+        return self.finish_compaction(compaction)
+
+    async def compact(self, run_blocking: Callable[..., Awaitable[Any]]) -> bool:
+        """Compact if it is time, the reading and writing in worker threads (`run_blocking`):
+        the rewrite, then the records appended meanwhile until few are left; those few are
+        copied by `finish_compaction`, in the loop, between two appends."""
+        compaction = self.start_compaction()
+        if compaction is None:
+            return False
+        try:
+            await run_blocking(compaction.rewrite)
+            for _ in range(TAIL_ROUNDS):
+                if self.closed or self.bytes - compaction.copied <= TAIL_IN_LOOP:
+                    break
+                await run_blocking(compaction.copy_tail, self.bytes)
+        except BaseException:
+            self.abandon_compaction(compaction)
+            raise
+        return self.finish_compaction(compaction)
+
+    def compaction_due(self) -> bool:
+        """The records every channel has finished outnumber the live ones (and COMPACT_MIN),
+        no compaction runs and no reader follows the file (`pins`)."""
+        return (
+            self.dead >= COMPACT_MIN
+            and self.dead >= self.count - self.dead
+            and self._compaction is None
+            and not self.pins
+            and not self.closed
+        )
+
+    def start_compaction(self) -> Compaction | None:
+        """A compaction of the log, if one is due (`compaction_due`)."""
+        if not self.compaction_due():
+            return None
         sets = list(self.finished.values())
         gone = set.intersection(*sets) if sets else set(self.emptied)
-        live = [r for r in self.records() if framed_id(r[1]) not in gone]
-        live_ids = {framed_id(frame) for _, frame in live}
-        self._fins_unwritten.clear()  # the FIN files are rewritten from the sets below
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(encode_records(live))
-            f.flush()
-            os.fsync(f.fileno())
+        fins = {channel: done - gone for channel, done in self.finished.items()}
+        paths = {channel: self._fin_path(channel) for channel in fins}
+        self._compaction = Compaction(self, gone, fins, paths)
+        self._fins_since = {}
+        return self._compaction
+
+    def abandon_compaction(self, compaction: Compaction) -> None:
+        if self._compaction is compaction:
+            self._compaction = None
+            self._fins_since = {}
+        compaction.discard()
+
+    def finish_compaction(self, compaction: Compaction) -> bool:
+        """Put the rewritten files in place of the old ones (in the event loop: no append
+        comes between the last records copied and the switch)."""
+        if self.closed or self._compaction is not compaction:
+            self.abandon_compaction(compaction)
+            return False
+        try:
+            compaction.copy_tail(self.bytes)
+            os.replace(compaction.tmp, self.path)
+        except BaseException:
+            self.abandon_compaction(compaction)
+            raise
+        self._compaction = None
+        self.generation += 1
+        since, self._fins_since = self._fins_since, {}
         os.close(self._fd)
-        os.replace(tmp, self.path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.count = len(live)
-        self.bytes = sum(len(frame) + 12 for _, frame in live)
+        self._fd, compaction.fd = compaction.fd, -1
+        self.count = compaction.count
+        self.bytes = compaction.bytes
+        held = compaction.held
         for channel, done in self.finished.items():
-            done &= live_ids  # IDs of messages the log never held go too
+            done &= held  # what compaction dropped, and IDs of messages never held
+            tmp = None if channel in compaction.deleted else compaction.fin_tmps.pop(channel, None)
+            if tmp is None:
+                continue  # created meanwhile: its file keeps a few IDs no longer needed
+            if channel in since:
+                with open(tmp, "ab") as f:
+                    f.write(b"".join(since[channel]))
             fd = self._fin_fds.pop(channel, None)
             if fd is not None:
                 os.close(fd)
-            path = self._fin_path(channel)
-            with open(path + ".tmp", "wb") as f:
-                f.write(b"".join(done))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(path + ".tmp", path)
+            os.replace(tmp, self._fin_path(channel))
+        compaction.discard()  # and the FIN files of channels deleted meanwhile
         if self.emptied:
-            self.emptied &= live_ids
+            self.emptied &= held
             path = self._emptied_path()
             with open(path + ".tmp", "wb") as f:
                 f.write(b"".join(self.emptied))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(path + ".tmp", path)
-        self.dead = 0
+        sets = list(self.finished.values())
+        self.dead = len(set.intersection(*sets)) if sets else len(self.emptied)
         dropped = self.dropped
+        gone = compaction.gone - held
         dropped.update(dict.fromkeys(gone))
         if len(dropped) > DROPPED_MAX:
             for key in list(dropped)[: len(dropped) - DROPPED_MAX]:
@@ -449,6 +698,7 @@ class ReplicationLog:
         return True
 
     def close(self) -> None:
+        self.closed = True
         try:
             self.write_fins()
         except OSError as err:
@@ -467,3 +717,92 @@ class ReplicationLog:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+class Compaction:
+    """One rewrite of the log without the records every channel has finished (`gone`), and
+    of the FIN files without their IDs, into temporary files: `rewrite` and `copy_tail`
+    block (a worker thread's work); `ReplicationLog.start_compaction` and `finish_compaction`
+    run in the event loop, where the appends are."""
+
+    def __init__(
+        self,
+        log: ReplicationLog,
+        gone: set[bytes],
+        fins: dict[str, set[bytes]],
+        fin_paths: dict[str, str],
+    ) -> None:
+        self.gone = gone
+        self.source = log.snapshot()
+        self.tmp = log.path + ".tmp"
+        #: The new log file (appended; the log's descriptor once it replaces the old one).
+        self.fd = -1
+        #: Bytes of the old file read so far (their records, less `gone`, in the new one).
+        self.copied = 0
+        self.count = 0
+        self.bytes = 0
+        #: The IDs of the new file's records.
+        self.held: set[bytes] = set()
+        self._fins = fins
+        self._fin_paths = fin_paths
+        #: channel -> its rewritten FIN file
+        self.fin_tmps: dict[str, str] = {}
+        #: Channels deleted meanwhile (one created again under the name keeps its own file).
+        self.deleted: set[str] = set()
+
+    def rewrite(self) -> None:
+        """The records of the old file up to its length at the start, less `gone`, to the
+        new file; the FIN files less the IDs no longer held; all fsynced."""
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._copy(self.source.size, self.gone)
+        os.fsync(self.fd)
+        held = self.held
+        for channel, done in self._fins.items():
+            tmp = self._fin_paths[channel] + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(b"".join(done & held))
+                f.flush()
+                os.fsync(f.fileno())
+            self.fin_tmps[channel] = tmp
+        self._fins = {}
+
+    def copy_tail(self, end: int) -> None:
+        """The records appended to the old file since, up to `end`, to the new one, fsynced
+        (what was fsynced in the old file is fsynced in the new before it replaces it)."""
+        if end > self.copied:
+            self._copy(end, ())
+            os.fsync(self.fd)
+
+    def _copy(self, end: int, gone: Container[bytes]) -> None:
+        for data in self.source.chunks(self.copied, end):
+            kept: list[bytes] = []
+            whole = True
+            for message_id, start, stop in record_spans(data):
+                if message_id in gone:
+                    whole = False
+                    continue
+                kept.append(data[start:stop])
+                self.held.add(message_id)
+            blob = data if whole else b"".join(kept)
+            if blob:
+                os.write(self.fd, blob)
+            self.count += len(kept)
+            self.bytes += len(blob)
+            self.copied += len(data)
+
+    def discard(self) -> None:
+        """Close it, and remove the temporary files not put in place."""
+        self.source.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass
+        for tmp in self.fin_tmps.values():
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        self.fin_tmps.clear()

@@ -14,15 +14,22 @@ The primary serves as an ordinary topic does; every member, the primary included
 topic's `ReplicationLog`, from which a member that takes office rebuilds each channel (the log
 minus the channel's finished set). A replica's Topic object holds no messages and does not
 deliver (`started` is False) until it takes office.
+
+The scans of the log (a summary, a merge, a member's catch-up, the rebuild at takeover, a
+compaction) run in worker threads, on a `LogSnapshot` of the file: publishes, the stream and
+FINs go on meanwhile in the event loop.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
+import re
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -36,7 +43,17 @@ from .e2e_latency import E2ELatency, Result, disabled_result
 from .lookup import register, unregister
 from .replication_acks import AckQueue, Owed, Waiter
 from .replication_admin_state import AdminState, parse_version
-from .replication_log import Record, ReplicationLog, decode_records, encode_records, fsync_handles
+from .replication_catchup import CATCH_UP_BASE, CatchUp, catch_up
+from .replication_channel import ReplicatedChannel
+from .replication_log import (
+    LogSnapshot,
+    Record,
+    ReplicationLog,
+    decode_records,
+    encode_records,
+    fsync_handles,
+    scan_ids,
+)
 from .topic import Topic, TopicExiting
 from .wakeup import Wakeup
 
@@ -54,6 +71,11 @@ TICK = 0.05
 #: Messages accepted that are written and streamed at once rather than at the end of the
 #: scheduler pass.
 FLUSH_AT = 64
+#: Bytes of the log read (in a worker thread) and queued in the channels at a time when a
+#: member takes office: the event loop goes on between two.
+REBUILD_CHUNK = 256 * 1024
+
+_T = TypeVar("_T")
 
 
 def epoch_text(epoch: int) -> str:
@@ -92,6 +114,7 @@ class ReplicatedTopic(Topic):
     """A topic that ``--replicate-topic`` names: publishes go through its `TopicReplica`."""
 
     __slots__ = ("replica",)
+    channel_class = ReplicatedChannel
 
     def __init__(self, nsqd: NSQD, name: str, backend: Backend, repl: Replication) -> None:
         super().__init__(nsqd, name, backend)
@@ -133,10 +156,13 @@ class ReplicatedTopic(Topic):
             return
         for channel in self.channels.values():
             done = finished.get(channel.name, set())
+            skip = channel.skip if isinstance(channel, ReplicatedChannel) else None
             now_list = []
             later_list = []
             for due, frame in records:
                 if framed_id(frame) in done:
+                    if skip:
+                        skip.discard(framed_id(frame))  # not queued here: nothing to skip
                     continue
                 if due > now_ns:
                     later_list.append((frame, from_wall_ns(due)))
@@ -159,6 +185,8 @@ class ReplicatedTopic(Topic):
             if replica.role != PRIMARY:
                 channel.backend.empty()
             channel.e2e = FinObserver(replica, name, channel.e2e)  # type: ignore[assignment]
+            if isinstance(channel, ReplicatedChannel):
+                channel.replica = replica
             replica.channel_created(name)
         return channel
 
@@ -189,7 +217,7 @@ class ReplicatedTopic(Topic):
 class Member:
     """A replica of the primary's epoch: what it has acknowledged, what is sent and not."""
 
-    __slots__ = ("acked", "hb_acked", "unacked", "unacked_bytes")
+    __slots__ = ("acked", "catch_up", "hb_acked", "joined_at", "unacked", "unacked_bytes")
 
     def __init__(self, acked: int) -> None:
         self.acked = acked
@@ -197,6 +225,11 @@ class Member:
         self.hb_acked = -1e18
         self.unacked: deque[tuple[int, int]] = deque()
         self.unacked_bytes = 0
+        #: Its catch-up's frames not yet acknowledged when it joined the stream (their bytes
+        #: are in `unacked_bytes`), and the stream position it joined at: it holds every
+        #: message up to there once they are.
+        self.catch_up: CatchUp | None = None
+        self.joined_at = 0
 
 
 class TopicReplica:
@@ -242,6 +275,11 @@ class TopicReplica:
         self.sync_wake = Wakeup()
         self.members: dict[int, Member] = {}
         self.syncing: set[int] = set()
+        #: Peers being fed what they lack before they join the stream (replication_catchup).
+        self.catching_up: dict[int, CatchUp] = {}
+        #: Merges (a promise, a sync) one at a time: each appends what the log lacked when it
+        #: scanned it.
+        self.merge_lock = trio.Lock()
         self.waiters = AckQueue()
         #: Publishes accepted here while another node leads, forwarded to it.
         self.forwarder = forward.Forwarder(self)
@@ -373,14 +411,39 @@ class TopicReplica:
 
     def acknowledged(self, node_id: int, epoch: int, total: int) -> None:
         member = self.members.get(node_id)
+        if total >= CATCH_UP_BASE:
+            self._catch_up_acknowledged(node_id, epoch, total, member)
+            return
         if member is None or epoch != self.epoch or self.role != PRIMARY:
             return
+        if member.catch_up is not None:  # the catch-up's frames came before this one
+            member.unacked_bytes -= member.catch_up.all_acknowledged()
+            member.catch_up = None
         if total > member.acked:
             member.acked = total
         unacked = member.unacked
         while unacked and unacked[0][0] <= total:
             member.unacked_bytes -= unacked.popleft()[1]
         self._release_waiters()
+
+    def _catch_up_acknowledged(
+        self, node_id: int, epoch: int, total: int, member: Member | None
+    ) -> None:
+        if epoch != self.epoch or self.role != PRIMARY:
+            return
+        if member is None:
+            state = self.catching_up.get(node_id)
+            if state is not None:
+                state.acknowledged(total)
+            return
+        if member.catch_up is None:
+            return
+        member.unacked_bytes -= member.catch_up.acknowledged(total)
+        if not member.catch_up.unacked:
+            member.catch_up = None
+            if member.joined_at > member.acked:
+                member.acked = member.joined_at
+            self._release_waiters()
 
     def _release_waiters(self) -> None:
         if self.waiters:
@@ -408,6 +471,22 @@ class TopicReplica:
         if self.log.finish(channel, (message_id,)):
             self.fins_out.setdefault(channel, []).append(message_id)
             self.fins_count += 1
+            if self.fins_count >= 1000:
+                self.flush_fins()
+        else:  # finished already (a FIN merged from a member): it is not to come back
+            queued = self.topic.channels.get(channel)
+            if isinstance(queued, ReplicatedChannel) and queued.skip:
+                queued.skip.discard(message_id)
+
+    def finished_many(self, channel: str, ids: list[bytes]) -> None:
+        """Messages that left a channel for good at this primary without a FIN (moved to a
+        dead-letter topic, dropped at their TTL): finished, as FINs are."""
+        if self.outbox:
+            self.flush()
+        new = [i for i in ids if i not in self.log.finished.get(channel, ())]
+        if self.log.finish(channel, new) and self.role == PRIMARY:
+            self.fins_out.setdefault(channel, []).extend(new)
+            self.fins_count += len(new)
             if self.fins_count >= 1000:
                 self.flush_fins()
 
@@ -477,32 +556,54 @@ class TopicReplica:
 
     # -- summaries ---------------------------------------------------------------------------
 
-    def summary(self) -> tuple[dict[str, Any], bytes]:
-        """What this node holds: every message ID, and per channel its finished IDs."""
+    async def _scan(self, fn: Callable[[LogSnapshot], _T]) -> _T:
+        """`fn` of a snapshot of the log, in a worker thread. Raises OSError (a malformed
+        record too: the file was damaged under this node)."""
+        snapshot = self.log.snapshot()
+        try:
+            result: _T = await self.repl.nsqd.run_blocking(fn, snapshot)
+            return result
+        except ValueError as err:
+            raise OSError(errno.EIO, f"malformed replication log - {err}") from None
+        finally:
+            snapshot.close()
+
+    async def summary(self) -> tuple[dict[str, Any], bytes]:
+        """What this node holds: every message ID (a scan of the log), and per channel its
+        finished IDs."""
+        count, held = await self._scan(_joined_ids)
         names = list(self.log.finished)
-        held = self.log.ids()
         emptied = self.log.emptied
         header = {
-            "count": len(held),
+            "count": count,
             "channels": {n: len(self.log.finished[n]) for n in names},
             "admin": self.admin.to_json(),
             "emptied": len(emptied),
         }
-        blob = b"".join(held) + b"".join(b"".join(self.log.finished[n]) for n in names)
+        blob = held + b"".join(b"".join(self.log.finished[n]) for n in names)
         return header, blob + b"".join(emptied)
 
     @staticmethod
     def parse_summary(
         header: dict[str, Any], blob: bytes
     ) -> tuple[set[bytes], dict[str, list[bytes]]]:
-        count = int(header.get("count", 0))
-        ids = {blob[i * 16 : i * 16 + 16] for i in range(count)}
+        try:
+            count = int(header.get("count", 0))
+            channels = {str(name): int(n) for name, n in (header.get("channels") or {}).items()}
+        except (AttributeError, TypeError, ValueError):
+            raise wire.WireError("bad summary") from None
+        if count < 0 or any(n < 0 for n in channels.values()):
+            raise wire.WireError("bad summary")
         pos = count * 16
+        ids = set(_split_ids(blob[:pos]))
         fins: dict[str, list[bytes]] = {}
-        for name, n in (header.get("channels") or {}).items():
-            fins[str(name)] = [blob[pos + i * 16 : pos + i * 16 + 16] for i in range(int(n))]
-            pos += int(n) * 16
-        pos += int(header.get("emptied", 0)) * 16  # `summary_emptied`
+        for name, n in channels.items():
+            fins[name] = _split_ids(blob[pos : pos + n * 16])
+            pos += n * 16
+        try:
+            pos += int(header.get("emptied", 0)) * 16  # `summary_emptied`
+        except (TypeError, ValueError):
+            raise wire.WireError("bad summary") from None
         if pos != len(blob):
             raise wire.WireError("bad summary")
         return ids, fins
@@ -545,40 +646,88 @@ class TopicReplica:
                 )
             )
 
-    async def merge_from(self, peer: Peer, header: dict[str, Any], blob: bytes) -> bool:
-        """Adopt a peer's messages and FINs (a promise or a sync): union. False if the
-        bodies could not be fetched."""
-        ids, fins = self.parse_summary(header, blob)
-        self.flush()  # the totals streamed below must cover only what the log holds
-        self.merge_admin(header.get("admin"), self.summary_emptied(header, blob))
-        dropped = self.log.dropped
-        held = self.log.ids()
-        missing = [i for i in ids if i not in held and i not in dropped]
-        if missing:
-            answer = await peer.ask(
-                wire.WANT,
-                {"topic": self.name},
-                b"".join(missing),
-                timeout=self.repl.nsqd.options.replication_ack_timeout,
+    async def read_summary(
+        self, peer: Peer, header: dict[str, Any], blob: bytes
+    ) -> tuple[set[bytes], dict[str, list[bytes]]] | None:
+        """`parse_summary` in a worker thread; None (logged) if it is malformed."""
+        try:
+            parsed: tuple[set[bytes], dict[str, list[bytes]]] = await self.repl.nsqd.run_blocking(
+                self.parse_summary, header, blob
             )
-            if answer is None or answer[0] != wire.BODIES:
-                return False
-            written = self.log.append(decode_records(answer[2]), known=held)
-            if written and self.sync_ack:
-                self.sync_wake.set()
-            if written and self.role == PRIMARY:
-                # Messages only the peer had: served, and sent to the other members.
-                records = decode_records(written)
-                self.accepted += len(records)
-                self.topic.deliver_records(records)
-                self._stream(written)
+        except wire.WireError as err:
+            log.error("REPLICATION(%s): node %s - %s", self.name, peer.node_id, err)
+            return None
+        return parsed
+
+    async def merge_from(
+        self, peer: Peer, ids: set[bytes], fins: dict[str, list[bytes]]
+    ) -> tuple[int, int] | None:
+        """Adopt a peer's messages and FINs (a promise or a sync): union. Returns where in
+        the log the first message the peer lacks is (the log's generation and an offset),
+        None if the bodies could not be fetched."""
+        async with self.merge_lock:
+            generation = self.log.generation
+            try:
+                held, first_lacking = await self._scan(
+                    lambda snapshot: snapshot.ids_and_first_lacking(ids)
+                )
+            except OSError as err:
+                log.error("REPLICATION(%s): failed to read the log - %s", self.name, err)
+                return None
+            dropped = self.log.dropped
+            missing = await self.repl.nsqd.run_blocking(_lacking, ids, held, dropped)
+            if missing:
+                answer = await peer.ask(
+                    wire.WANT,
+                    {"topic": self.name},
+                    b"".join(missing),
+                    timeout=self.repl.nsqd.options.replication_ack_timeout,
+                )
+                if answer is None or answer[0] != wire.BODIES:
+                    return None
+                try:
+                    records = await self.repl.nsqd.run_blocking(decode_records, answer[2])
+                except ValueError as err:
+                    log.error(
+                        "REPLICATION(%s): node %s - bad BODIES - %s", self.name, peer.node_id, err
+                    )
+                    return None
+                self.flush()  # the totals streamed below must cover only what the log holds
+                written = self.log.append(records, known=held)
+                if written and self.sync_ack:
+                    self.sync_wake.set()
+                if written and self.role == PRIMARY:
+                    # Messages only the peer had: served, and sent to the other members.
+                    records = decode_records(written)
+                    self.accepted += len(records)
+                    self.topic.deliver_records(records)
+                    self._stream(written)
+            self._merge_fins(fins, held)
+            return generation, first_lacking
+
+    def _merge_fins(self, fins: dict[str, list[bytes]], held: set[bytes]) -> None:
+        """A peer's finished sets, merged. As the primary, the messages they finish that a
+        channel still holds (queued, deferred, in flight) are not delivered by it again, and
+        the FINs go to the other members."""
+        primary = self.role == PRIMARY
         for name, done in fins.items():
             if self.admin.deleted(name):
                 continue
-            if name not in self.log.finished:
-                self.log.finished[name] = set()
-            self.log.finish(name, done)
-        return True
+            finished = self.log.finished.get(name)
+            if finished is None:
+                finished = self.log.finished[name] = set()
+            new = set(done)
+            new -= finished
+            if not new:
+                continue
+            self.log.finish(name, new)
+            if not primary:
+                continue
+            channel = self.topic.channels.get(name)
+            if isinstance(channel, ReplicatedChannel):
+                channel.skip_finished(new & held)
+            self.fins_out.setdefault(name, []).extend(new)
+            self.fins_count += len(new)
 
     # -- the topic's task --------------------------------------------------------------------
 
@@ -630,11 +779,21 @@ class TopicReplica:
             ):
                 self.syncing.add(node_id)
                 self.repl.spawn(self._sync, peer, self.epoch)
+        if self.log.compaction_due():
+            self.repl.spawn(self._compact)
+        for channel in self.topic.channels.values():
+            if isinstance(channel, ReplicatedChannel) and channel.skip and channel.holds_nothing():
+                channel.skip.clear()  # what it skipped never came back (emptied, trimmed)
+
+    async def _compact(self) -> None:
         try:
-            if self.log.compact_if_needed():
-                pass
-        except OSError as err:
+            await self.log.compact(self.repl.nsqd.run_blocking)
+        except (OSError, ValueError) as err:
             log.error("REPLICATION(%s): compaction failed - %s", self.name, err)
+
+    def leads(self, epoch: int) -> bool:
+        """This node is still the primary of `epoch`, and the topic open."""
+        return self.role == PRIMARY and self.epoch == epoch and not self.topic.exiting
 
     def lease_valid(self, now: float) -> bool:
         options = self.repl.nsqd.options
@@ -652,8 +811,8 @@ class TopicReplica:
             member.hb_acked = sent
 
     async def _sync(self, peer: Peer, epoch: int) -> None:
-        """Make `peer` a member of this epoch: its summary, union both ways, then the
-        stream."""
+        """Make `peer` a member of this epoch: its summary, union both ways (what it lacks
+        by a paced catch-up, replication_catchup.py), then the stream."""
         assert peer.node_id is not None
         node_id = peer.node_id
         try:
@@ -668,56 +827,62 @@ class TopicReplica:
                 return
             if kind != wire.SUMMARY:
                 return
-            theirs, _ = self.parse_summary(header, blob)
-            if not await self.merge_from(peer, header, blob):
+            summary = await self.read_summary(peer, header, blob)
+            if summary is None:
                 return
-            if self.role != PRIMARY or self.epoch != epoch or not peer.connected:
+            self.merge_admin(header.get("admin"), self.summary_emptied(header, blob))
+            start = await self.merge_from(peer, *summary)
+            if start is None or not self.leads(epoch) or not peer.connected:
                 return
-            self.flush()
-            lacking = self.log.read_lacking(theirs)
-            # What it holds that this node dropped as finished everywhere: finished for it.
-            obsolete = [i for i in theirs if i in self.log.dropped]
-            # The admin state first: the channels below are not ones it knows deleted.
-            self.send_admin_state(peer)
-            for name in self.log.finished:
-                peer.send(
-                    wire.encode(
-                        wire.CHANNEL,
-                        {"topic": self.name, "epoch": epoch, "op": "ensure", "channel": name},
-                    )
+            sent = await catch_up(self, peer, epoch, summary[0], start)
+            if sent is not None:
+                log.info(
+                    "REPLICATION(%s): node %d joins epoch %s (%d messages sent to it)",
+                    self.name,
+                    node_id,
+                    epoch_text(epoch),
+                    sent,
                 )
-            records = lacking
-            frame = wire.encode_stream(
-                wire.MSGS, self.name, epoch, self.accepted, encode_records(records)
-            )
-            member = Member(acked=-1)
-            member.hb_acked = trio.current_time()
-            member.unacked.append((self.accepted, len(frame)))
-            self.members[node_id] = member
-            self.doubled = False  # a forced takeover's double vote ends when a member is back
-            peer.send(frame)
-            names = list(self.log.finished)
-            fins = {n: [*self.log.finished[n], *obsolete] for n in names}
-            peer.send(
-                wire.encode(
-                    wire.FINS,
-                    {
-                        "topic": self.name,
-                        "epoch": epoch,
-                        "channels": {n: len(fins[n]) for n in names},
-                    },
-                    b"".join(b"".join(fins[n]) for n in names),
-                )
-            )
-            log.info(
-                "REPLICATION(%s): node %d joins epoch %s (%d messages sent to it)",
-                self.name,
-                node_id,
-                epoch_text(epoch),
-                len(records),
-            )
         finally:
             self.syncing.discard(node_id)
+
+    def join_stream(self, peer: Peer, epoch: int, state: CatchUp, theirs: set[bytes]) -> None:
+        """The end of a catch-up (in the event loop, between two appends: the log's end was
+        just sent): `peer` is a member from here on, sent the channels and the finished sets,
+        then every message accepted."""
+        assert peer.node_id is not None
+        member = Member(acked=-1)
+        member.hb_acked = trio.current_time()
+        member.joined_at = self.accepted
+        if state.unacked:
+            member.catch_up = state
+            member.unacked_bytes = state.unacked_bytes
+        else:
+            member.acked = self.accepted
+        self.members[peer.node_id] = member
+        self.doubled = False  # a forced takeover's double vote ends when a member is back
+        # The admin state first: the channels below are not ones it knows deleted.
+        self.send_admin_state(peer)
+        for name in self.log.finished:
+            peer.send(
+                wire.encode(
+                    wire.CHANNEL,
+                    {"topic": self.name, "epoch": epoch, "op": "ensure", "channel": name},
+                )
+            )
+        # What it holds that this node dropped as finished everywhere: finished for it.
+        dropped = self.log.dropped
+        obsolete = [i for i in theirs if i in dropped] if dropped else []
+        names = list(self.log.finished)
+        fins = {n: [*self.log.finished[n], *obsolete] for n in names}
+        peer.send(
+            wire.encode(
+                wire.FINS,
+                {"topic": self.name, "epoch": epoch, "channels": {n: len(fins[n]) for n in names}},
+                b"".join(b"".join(fins[n]) for n in names),
+            )
+        )
+        self._release_waiters()
 
     # -- elections ---------------------------------------------------------------------------
 
@@ -771,7 +936,13 @@ class TopicReplica:
                     if higher > self.epoch:
                         await self.adopt(higher, f"node {peer.node_id} promised a higher epoch")
                     return
-                if kind == wire.PROMISE and await self.merge_from(peer, header, blob):
+                if kind != wire.PROMISE:
+                    return
+                summary = await self.read_summary(peer, header, blob)
+                if summary is None:
+                    return
+                self.merge_admin(header.get("admin"), self.summary_emptied(header, blob))
+                if await self.merge_from(peer, *summary) is not None:
                     results.append(True)
 
             for peer in connected:
@@ -816,7 +987,14 @@ class TopicReplica:
         topic.memory.clear()
         topic.deferred.clear()
         topic.backend.empty()
-        topic.deliver_records(list(self.log.records()))
+        # The channels are rebuilt from the log as it is now (a worker thread reads it, a
+        # chunk at a time); what is published from now on reaches them the ordinary way.
+        nursery = self.repl.nsqd._nursery
+        assert nursery is not None
+        try:
+            nursery.start_soon(self._rebuild, self.log.snapshot(), self.epoch)
+        except OSError as err:
+            log.error("REPLICATION(%s): failed to read the log - %s", self.name, err)
         lookup = self.repl.nsqd.lookup
         lookup.hidden.discard(self.name)
         if topic.channels:
@@ -834,6 +1012,23 @@ class TopicReplica:
         )
         self.owed_to = self
         self.forwarder.primary_changed()  # what waited for a primary is published here
+
+    async def _rebuild(self, snapshot: LogSnapshot, epoch: int) -> None:
+        """Queue the log's messages in the channels (each those it has not finished), a
+        chunk at a time, read in a worker thread; stops if this node no longer leads."""
+        offset = 0
+        try:
+            while offset < snapshot.size:
+                records, offset = await self.repl.nsqd.run_blocking(
+                    snapshot.records_from, offset, REBUILD_CHUNK
+                )
+                if not self.leads(epoch):
+                    return
+                self.topic.deliver_records(records)
+        except (OSError, ValueError) as err:
+            log.error("REPLICATION(%s): failed to read the log - %s", self.name, err)
+        finally:
+            snapshot.close()
 
     def step_down(self, epoch: int, why: str) -> None:
         """Become a replica (of `epoch`, if higher): stop serving, close the consumers'
@@ -1003,7 +1198,7 @@ class TopicReplica:
         self.step_down(epoch, f"promised epoch {epoch_text(epoch)} to node {sender}")
         self.primary = None
         await self.repl.persist(self.name)
-        summary, blob = self.summary()
+        summary, blob = await self.summary()
         return [wire.encode(wire.PROMISE, {**summary, "topic": self.name, "rid": rid}, blob)]
 
     async def on_sync(self, sender: int, header: dict[str, Any]) -> list[bytes]:
@@ -1014,17 +1209,13 @@ class TopicReplica:
         if epoch > self.epoch or self.role != REPLICA:
             await self.adopt(epoch, f"node {sender} leads epoch {epoch_text(epoch)}")
         self.heard(sender)
-        summary, blob = self.summary()
+        summary, blob = await self.summary()
         return [wire.encode(wire.SUMMARY, {**summary, "topic": self.name, "rid": rid}, blob)]
 
-    def on_want(self, header: dict[str, Any], blob: bytes) -> list[bytes]:
+    async def on_want(self, header: dict[str, Any], blob: bytes) -> list[bytes]:
         ids = [blob[i : i + 16] for i in range(0, len(blob) - len(blob) % 16, 16)]
-        records = self.log.read(ids)
-        return [
-            wire.encode(
-                wire.BODIES, {"topic": self.name, "rid": header.get("rid")}, encode_records(records)
-            )
-        ]
+        bodies = await self._scan(lambda snapshot: encode_records(snapshot.read(ids)))
+        return [wire.encode(wire.BODIES, {"topic": self.name, "rid": header.get("rid")}, bodies)]
 
     # -- observability ----------------------------------------------------------------------
 
@@ -1054,3 +1245,31 @@ class TopicReplica:
             "failovers": self.failovers,
             **self.forwarder.stats(),
         }
+
+
+_ID = re.compile(rb".{16}", re.DOTALL)
+
+
+#: IDs split at a time (a worker thread lets the event loop run between two).
+_SPLIT_STEP = 16 * 16384
+
+
+def _split_ids(blob: bytes) -> list[bytes]:
+    """The 16-byte IDs `blob` holds one after another (a trailing piece is left out)."""
+    out: list[bytes] = []
+    for start in range(0, len(blob), _SPLIT_STEP):
+        out += _ID.findall(blob, start, start + _SPLIT_STEP)
+    return out
+
+
+def _joined_ids(snapshot: LogSnapshot) -> tuple[int, bytes]:
+    """The IDs of the log's records, joined, and how many (a repeated ID is there twice:
+    the receiver makes a set of them)."""
+    pieces = [b"".join(scan_ids(data)[0]) for data in snapshot.chunks()]
+    joined = b"".join(pieces)
+    return len(joined) // 16, joined
+
+
+def _lacking(ids: set[bytes], held: set[bytes], dropped: dict[bytes, None]) -> list[bytes]:
+    """The IDs of `ids` neither held nor dropped as finished everywhere."""
+    return [i for i in ids - held if i not in dropped]

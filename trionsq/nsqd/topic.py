@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import trio
 
@@ -96,6 +96,9 @@ class Topic:
         "started",
         "wake",
     )
+
+    #: The class of its channels (a replicated topic's have their own).
+    channel_class: ClassVar[type[Channel]] = Channel
 
     def __init__(self, nsqd: NSQD, name: str, backend: Backend) -> None:
         self.nsqd = nsqd
@@ -404,7 +407,7 @@ class Topic:
         if channel is None:
             ephemeral = is_ephemeral(name)
             backend = self.nsqd.make_backend(f"{self.name}:{name}", ephemeral, channel=True)
-            channel = Channel(self, name, backend, ephemeral)
+            channel = self.channel_class(self, name, backend, ephemeral)
             # The backlog the other channels are owed is not this one's.
             channel.backlog_skip = self.owed_backlog()
             self.channels[name] = channel

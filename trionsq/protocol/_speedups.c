@@ -1,5 +1,6 @@
-/* trionsq.protocol._speedups: the per-message loops of parser.py, compiled, and two of the
- * replication log's (replication_log.py: a replicated topic's publish path, at the end).
+/* trionsq.protocol._speedups: the per-message loops of parser.py, compiled, and three of the
+ * replication log's (replication_log.py: a replicated topic's publish path and the scan of
+ * its IDs, at the end).
  *
  * `frame_mpub` is the inner loop of `CommandParser._next_mpub` when the parser frames
  * messages (nsqd's publish hot path): it reads MPUB's ``[size][body]`` records from a buffer
@@ -300,6 +301,62 @@ static PyObject *count_log_records(PyObject *module, PyObject *const *args, Py_s
     return Py_BuildValue("(nn)", count, pos);
 }
 
+PyDoc_STRVAR(scan_log_ids_doc,
+"scan_log_ids(buf, min_length)\n"
+"--\n\n"
+"The message IDs of the whole log records `buf` holds from its start, and the offset after\n"
+"them: (ids, pos), stopping as `count_log_records` does.");
+
+static PyObject *scan_log_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "scan_log_ids takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t min_length = PyLong_AsSsize_t(args[1]);
+    if (min_length == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (min_length < LOG_HEAD - 4 + FRAME_PREFIX) {
+        PyErr_SetString(PyExc_ValueError, "min_length too small to hold an ID");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *ids = PyList_New(0);
+    if (ids == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *buf = view.buf;
+    Py_ssize_t n = view.len;
+    Py_ssize_t pos = 0;
+    while (n - pos >= LOG_HEAD) {
+        const unsigned char *p = buf + pos;
+        Py_ssize_t length = (Py_ssize_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+                                         ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+        if (length < min_length || n - pos - 4 < length) {
+            break;
+        }
+        /* The frame's ID: after the record head, at the end of the frame prefix. */
+        PyObject *id = PyBytes_FromStringAndSize(
+            (const char *)p + LOG_HEAD + FRAME_PREFIX - 16, 16);
+        if (id == NULL || PyList_Append(ids, id) < 0) {
+            Py_XDECREF(id);
+            Py_DECREF(ids);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(id);
+        pos += 4 + length;
+    }
+    PyBuffer_Release(&view);
+    PyObject *result = Py_BuildValue("(Nn)", ids, pos);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"frame_mpub", (PyCFunction)(void (*)(void))frame_mpub, METH_FASTCALL, frame_mpub_doc},
     {"scan_fins", (PyCFunction)(void (*)(void))scan_fins, METH_FASTCALL, scan_fins_doc},
@@ -307,6 +364,7 @@ static PyMethodDef methods[] = {
      encode_log_records_doc},
     {"count_log_records", (PyCFunction)(void (*)(void))count_log_records, METH_FASTCALL,
      count_log_records_doc},
+    {"scan_log_ids", (PyCFunction)(void (*)(void))scan_log_ids, METH_FASTCALL, scan_log_ids_doc},
     {NULL, NULL, 0, NULL},
 };
 
