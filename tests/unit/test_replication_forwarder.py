@@ -60,9 +60,10 @@ class FakeReplica:
         self.peers = {1: FakePeer(1), 3: FakePeer(3)}
         options = SimpleNamespace(replication_ack_timeout=ACK_TIMEOUT)
         self.repl = SimpleNamespace(
-            nsqd=SimpleNamespace(options=options), peer_by_id=self._peer_by_id
+            nsqd=SimpleNamespace(options=options),
+            peer_by_id=self._peer_by_id,
+            batching=SimpleNamespace(schedule=lambda replica: None),
         )
-        self.flush_wake = SimpleNamespace(set=lambda: None)
         self.local_waits: list[tuple[int, Any]] = []
 
     def _peer_by_id(self, node_id: int | None) -> FakePeer | None:

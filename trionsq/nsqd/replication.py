@@ -30,6 +30,7 @@ from . import replication_wire as wire
 from .backend import Backend
 from .replication_acks import HeldAnswers
 from .replication_admin_state import Tombstones
+from .replication_batching import FlushWhenIdle
 from .replication_forward import Send, answer_forwarded
 from .replication_log import fsync_handles
 from .replication_peer import Peer, serve_inbound
@@ -64,6 +65,8 @@ class Replication:
         self._remote: set[str] = set()
         self.loading = False
         self._nursery: trio.Nursery | None = None
+        #: Writes and streams the topics' accepted publishes between two passes of the loop.
+        self.batching = FlushWhenIdle()
         self._tls_context: ssl.SSLContext | None = None
         self._inbound: dict[int, wire.Inbound] = {}  # client id -> the dialler, until PROOF
 
@@ -79,7 +82,6 @@ class Replication:
         self.nsqd.lookup.hidden.add(name)
         assert self.nsqd._nursery is not None
         self.nsqd._nursery.start_soon(topic.replica.run, name=f"replication:{name}")
-        self.nsqd._nursery.start_soon(topic.replica.flush_task, name=f"replication-flush:{name}")
         if self.nsqd.options.sync_ack:
             self.nsqd._nursery.start_soon(topic.replica.sync_task, name=f"replication-fsync:{name}")
         return topic
@@ -160,6 +162,13 @@ class Replication:
     # -- running ----------------------------------------------------------------------------
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        trio.lowlevel.add_instrument(self.batching)
+        try:
+            await self._run(task_status)
+        finally:
+            trio.lowlevel.remove_instrument(self.batching)
+
+    async def _run(self, task_status: Any) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for peer in self.peers:

@@ -131,7 +131,7 @@ class Forwarder:
 
     def add(self, frames: list[bytes], due: int) -> ForwardBatch:
         """Accept published messages for the primary; returns the batch their answers wait
-        for. Sent at the end of the scheduler pass (`seal`, from the topic's flush task),
+        for. Sent at the end of a batch of scheduler passes (`seal`, `TopicReplica.end_of_batch`),
         or at once from `rt.FLUSH_AT` messages or `SEAL_BYTES` on (an MPUB's worth)."""
         batch = self.open
         if batch is None:
@@ -143,7 +143,7 @@ class Forwarder:
         if batch.count >= rt.FLUSH_AT or batch.size >= SEAL_BYTES:
             self.seal()
         else:
-            self.replica.flush_wake.set()
+            self.replica.repl.batching.schedule(self.replica)
         return batch
 
     def seal(self) -> None:

@@ -267,7 +267,6 @@ class TopicReplica:
         #: Accepted, not yet in the log (`flush`).
         self.outbox: list[tuple[int, list[bytes]]] = []  # (due time, frames)
         self.outbox_count = 0
-        self.flush_wake = Wakeup()
         #: --sync-ack: messages accepted whose log records this node has fsynced, and the
         #: wake-up of the task that fsyncs (`sync_task`).
         self.sync_ack = nsqd.options.sync_ack
@@ -311,7 +310,7 @@ class TopicReplica:
 
     def publish(self, frames: list[bytes], due: int) -> None:
         """Accept messages published to this primary (here, or forwarded by a replica):
-        they are written to the log and streamed by `flush_task`, once per scheduler pass
+        they are written to the log and streamed by `end_of_batch`, once per scheduler pass
         for every publisher served in it (one write(2) and one MSGS frame per member for all
         of them), and their PUBs answered once a quorum has them (`wait_replicated`)."""
         self.outbox.append((due, frames))
@@ -323,14 +322,14 @@ class TopicReplica:
             # publisher up behind one acknowledgement).
             self.flush()
         else:
-            self.flush_wake.set()
+            self.repl.batching.schedule(self)
 
-    async def flush_task(self) -> None:
-        while not self.topic.exiting:
-            await self.flush_wake.wait()
-            self.flush()
-            if self.forwarder.open is not None:
-                self.forwarder.seal()
+    def end_of_batch(self) -> None:
+        """Write and stream what was accepted, and send the forwarded batch (at the end of a
+        batch of the loop's passes, `replication_batching.FlushWhenIdle`)."""
+        self.flush()
+        if self.forwarder.open is not None:
+            self.forwarder.seal()
 
     async def sync_task(self) -> None:
         """--sync-ack: fsync the log after writes (one fsync for every write made while the
@@ -540,7 +539,6 @@ class TopicReplica:
         self.admin.delete()
         self.outbox, self.outbox_count = [], 0
         self._fail_waiters()
-        self.flush_wake.set()
 
     def floor_header(self) -> dict[str, Any]:
         """``{"floor": F}`` for a topic created again after a delete (a member holding a
