@@ -160,6 +160,22 @@ async def consume(nsqd: NSQD, topic: str, count: int, finish: bool = True) -> li
     return got
 
 
+async def drain(nsqd: NSQD, topic: str, expected: set[bytes], timeout: float = 10) -> set[bytes]:
+    """Consume (and FIN) on channel c until every body of `expected` came, or `timeout`;
+    returns the bodies received."""
+    got: set[bytes] = set()
+    conn = await Conn.open(nsqd)
+    await conn.send(sub(topic, "c"))
+    assert await conn.response() == b"OK"
+    await conn.send(rdy(500))
+    with trio.move_on_after(timeout):
+        while not expected <= got:
+            message = await conn.message()
+            got.add(bytes(message.body))
+            await conn.send(fin(message.id))
+    return got
+
+
 def log_ids(path: str, topic: str) -> int:
     log = ReplicationLog(path, topic)
     try:
@@ -444,16 +460,7 @@ async def test_a_partitioned_primary_loses_no_acknowledged_message(
         stop.set()
         await trio.sleep(0.2)
         expected = set(acked)
-        got: set[bytes] = set()
-        conn = await Conn.open(leader)
-        await conn.send(sub("rt", "c"))
-        assert await conn.response() == b"OK"
-        await conn.send(rdy(500))
-        with trio.move_on_after(10):
-            while not expected <= got:
-                message = await conn.message()
-                got.add(bytes(message.body))
-                await conn.send(fin(message.id))
+        got = await drain(leader, "rt", expected)
         assert expected <= got, f"{len(expected - got)} acknowledged messages lost"
         cluster.stop()
         nursery.cancel_scope.cancel()

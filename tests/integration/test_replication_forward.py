@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from tests.conformance.nsq_conn import NSQConn
-from tests.integration.test_replication import Cluster, publish
+from tests.integration.test_replication import Cluster, drain, publish
 from tests.nsqd_harness import Conn
 from trionsq.nsqd import replication_forward
 from trionsq.nsqd.nsqd import NSQD
@@ -271,16 +271,7 @@ async def test_publishes_through_replicas_while_the_primary_dies_lose_nothing_ac
         assert new is not None
         leader = cluster.nodes[new]
         assert leader is not None
-        got: set[bytes] = set()
-        conn = await Conn.open(leader)
-        await conn.send(sub("rt", "c"))
-        assert await conn.response() == b"OK"
-        await conn.send(rdy(500))
-        with trio.move_on_after(10):
-            while not acked <= got:
-                message = await conn.message()
-                got.add(bytes(message.body))
-                await conn.send(fin(message.id))
+        got = await drain(leader, "rt", acked)
         assert acked <= got, f"{len(acked - got)} acknowledged messages lost"
         cluster.stop()
 
