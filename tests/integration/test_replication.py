@@ -62,6 +62,8 @@ class Cluster:
                 )
             )
         self.nodes: list[NSQD | None] = [None] * size
+        #: What the members run their blocking work with (a test may record it).
+        self.run_blocking: Any = trio.to_thread.run_sync
         self.scopes: list[trio.CancelScope | None] = [None] * size
         self.exited: list[trio.Event | None] = [None] * size
 
@@ -76,7 +78,7 @@ class Cluster:
         async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 with scope:
-                    await NSQD(options).run(task_status=task_status)
+                    await NSQD(options, run_blocking=self.run_blocking).run(task_status=task_status)
             finally:
                 exited.set()
 
