@@ -394,3 +394,33 @@ def test_a_channel_deleted_and_created_again_during_a_compaction_keeps_its_own_f
     again = ReplicationLog(str(tmp_path), TOPIC)
     assert again.finished["c"] == {framed_id(live[5][1])}
     again.close()
+
+
+def test_the_directory_is_synced_after_files_are_created_or_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--sync-ack fsyncs the files; a file created or renamed is durable only once its
+    directory is synced too (after a power failure, the old log would come back without
+    what was appended to the compacted one)."""
+    synced: list[dict[str, int]] = []  # the directory's files and sizes at each sync
+
+    def recording_fsync_dir(path: str) -> None:
+        assert path == str(tmp_path)
+        synced.append({name: os.path.getsize(tmp_path / name) for name in os.listdir(path)})
+
+    monkeypatch.setattr(log_module, "fsync_dir", recording_fsync_dir)
+    log, live, _ = compactable(tmp_path)
+    log_name, fin_name = TOPIC + log_module.LOG_SUFFIX, f"{TOPIC}:c{log_module.FIN_SUFFIX}"
+    assert len(synced) == 2
+    assert log_name in synced[0]  # the new log
+    assert fin_name in synced[1]  # channel c's FIN file, at its first write
+    log.write_fins()
+    assert len(synced) == 2  # nothing new in the directory
+    assert log.compact_if_needed()
+    assert len(synced) == 3
+    after = synced[2]
+    assert after[log_name] == log.bytes == len(encode_records(live))  # the compacted file
+    assert not [name for name in after if name.endswith(".tmp")]  # every rename made
+    log.close()
+    ReplicationLog(str(tmp_path), TOPIC).close()
+    assert len(synced) == 3  # reopening an existing log changes nothing

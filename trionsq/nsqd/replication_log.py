@@ -35,6 +35,7 @@ import struct
 from collections.abc import Awaitable, Callable, Container, Iterable, Iterator
 from typing import Any, TypeVar
 
+from ..diskqueue.fs import LOCAL
 from ..protocol.message import FRAMED_BODY_OFFSET, framed_id
 
 log = logging.getLogger("trionsq.nsqd")
@@ -297,6 +298,12 @@ class LogSnapshot:
             self.fd = -1
 
 
+def fsync_dir(path: str) -> None:
+    """Make the directory's entries durable: a file created or renamed in it (blocking; a
+    few per topic's lifetime: its files' creation and each compaction)."""
+    LOCAL.fsync_dir(path)
+
+
 def fsync_handles(fds: list[int]) -> None:
     """fsync and close descriptors from `ReplicationLog.sync_handles` (blocking)."""
     try:
@@ -337,17 +344,21 @@ class ReplicationLog:
         self._compaction: Compaction | None = None
         #: channel -> FIN IDs written to its old FIN file while a compaction runs
         self._fins_since: dict[str, list[bytes]] = {}
-        self._load()
+        created = self._load()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if created:
+            fsync_dir(self.data_path)
 
     # -- loading ----------------------------------------------------------------------------
 
-    def _load(self) -> None:
+    def _load(self) -> bool:
+        """Read the log and the FIN files; True if there was no log yet."""
+        created = False
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            data = b""
+            data, created = b"", True
         ids, pos = scan_ids(data)
         if pos < len(data):
             log.warning(
@@ -374,6 +385,7 @@ class ReplicationLog:
         except FileNotFoundError:
             pass
         self.dead = self._count_dead(held)
+        return created
 
     def _count_dead(self, held: set[bytes]) -> int:
         if not self.finished:
@@ -542,12 +554,16 @@ class ReplicationLog:
         if not new:
             return 0
         self.emptied.update(new)
-        fd = os.open(self._emptied_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        path = self._emptied_path()
+        created = not os.path.exists(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, b"".join(new))
             os.fsync(fd)
         finally:
             os.close(fd)
+        if created:
+            fsync_dir(self.data_path)
         for channel in list(self.finished):
             self.finish(channel, new)
         self.write_fins()
@@ -566,8 +582,12 @@ class ReplicationLog:
     def _fin_fd(self, channel: str) -> int:
         fd = self._fin_fds.get(channel)
         if fd is None:
-            fd = os.open(self._fin_path(channel), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            path = self._fin_path(channel)
+            created = not os.path.exists(path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._fin_fds[channel] = fd
+            if created:
+                fsync_dir(self.data_path)
         return fd
 
     # -- upkeep -----------------------------------------------------------------------------
@@ -686,6 +706,9 @@ class ReplicationLog:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(path + ".tmp", path)
+        # The renames are durable before anything written to the new files is acknowledged
+        # as synced (--sync-ack): after a power failure the old files must not come back.
+        fsync_dir(self.data_path)
         sets = list(self.finished.values())
         self.dead = len(set.intersection(*sets)) if sets else len(self.emptied)
         dropped = self.dropped
