@@ -169,6 +169,47 @@ def test_a_torn_record_is_cut_off_at_load(tmp_path: Path) -> None:
     again.close()
 
 
+def test_a_log_larger_than_a_chunk_loads_a_chunk_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Load reads the log in SCAN_CHUNK pieces (memory grows with the FIN files, not the
+    log): the count, the finished sets (less IDs the log never held), the emptied set and
+    the torn tail come out as with one read."""
+    log = ReplicationLog(str(tmp_path), TOPIC)
+    recs = records(0, 300)
+    big = [(0, encode_new_frames([b"%016x" % 999], 1, [b"y" * 5000])[0])]  # > a chunk
+    log.append(recs[:150] + big + recs[150:])
+    log.add_channel("a")
+    log.add_channel("b")
+    stray = b"f" * 16  # finished, never held
+    log.finish("a", [framed_id(f) for _, f in recs[:200]] + [stray])
+    log.finish("b", [framed_id(f) for _, f in recs[100:250]])
+    log.empty_topic([framed_id(f) for _, f in recs[250:260]] + [b"e" * 16])
+    log.close()
+    with open(log.path, "ab") as f:
+        f.write(encode_records(records(300, 1))[:-3])
+    reads: list[int] = []
+    real_read_chunk = log_module.read_chunk
+
+    def counting_read_chunk(fd: int, offset: int, end: int, max_bytes: int) -> bytes:
+        data = real_read_chunk(fd, offset, end, max_bytes)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(log_module, "SCAN_CHUNK", 1024)
+    monkeypatch.setattr(log_module, "read_chunk", counting_read_chunk)
+    again = ReplicationLog(str(tmp_path), TOPIC)
+    assert len(reads) > 10 and max(reads) == len(encode_records(big))
+    assert len(again) == 301
+    emptied = ids_of(recs[250:260])  # finished for every channel
+    assert again.finished["a"] == ids_of(recs[:200]) | emptied
+    assert again.finished["b"] == ids_of(recs[100:250]) | emptied
+    assert again.dead == 110  # finished by both
+    assert again.emptied == emptied
+    assert os.path.getsize(again.path) == len(encode_records(recs[:150] + big + recs[150:]))
+    again.close()
+
+
 def test_scan_ids_stops_at_the_first_incomplete_record() -> None:
     recs = records(0, 3)
     blob = encode_records(recs)

@@ -298,6 +298,14 @@ class LogSnapshot:
             self.fd = -1
 
 
+def _read_ids(path: str) -> set[bytes]:
+    """The IDs of a FIN file or the emptied file (a torn last one left out)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    whole = len(raw) - len(raw) % ID_SIZE
+    return {raw[i : i + ID_SIZE] for i in range(0, whole, ID_SIZE)}
+
+
 def fsync_dir(path: str) -> None:
     """Make the directory's entries durable: a file created or renamed in it (blocking; a
     few per topic's lifetime: its files' creation and each compaction)."""
@@ -352,40 +360,52 @@ class ReplicationLog:
     # -- loading ----------------------------------------------------------------------------
 
     def _load(self) -> bool:
-        """Read the log and the FIN files; True if there was no log yet."""
-        created = False
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            data, created = b"", True
-        ids, pos = scan_ids(data)
-        if pos < len(data):
-            log.warning(
-                "REPLICATION(%s): cutting %d torn bytes off the log", self.topic, len(data) - pos
-            )
-            os.truncate(self.path, pos)
-        self.bytes = pos
-        self.count = len(ids)
-        held = set(ids)
+        """Count the log's records (a torn tail is cut off), and read the FIN files and the
+        emptied file, keeping of them the IDs the log holds; True if there was no log yet.
+        The log is read a chunk at a time: memory grows with the FIN files, not the log."""
         prefix = self.topic + ":"
+        fins: dict[str, set[bytes]] = {}
         for name in os.listdir(self.data_path):
             if name.startswith(prefix) and name.endswith(FIN_SUFFIX):
                 channel = name[len(prefix) : -len(FIN_SUFFIX)]
-                with open(os.path.join(self.data_path, name), "rb") as f:
-                    raw = f.read()
-                whole = len(raw) - len(raw) % ID_SIZE
-                done = {raw[i : i + ID_SIZE] for i in range(0, whole, ID_SIZE)}
-                self.finished[channel] = done & held
+                fins[channel] = _read_ids(os.path.join(self.data_path, name))
         try:
-            with open(self._emptied_path(), "rb") as f:
-                raw = f.read()
-            whole = len(raw) - len(raw) % ID_SIZE
-            self.emptied = {raw[i : i + ID_SIZE] for i in range(0, whole, ID_SIZE)} & held
+            emptied = _read_ids(self._emptied_path())
         except FileNotFoundError:
-            pass
+            emptied = set()
+        try:
+            size = os.path.getsize(self.path)
+        except FileNotFoundError:
+            self.finished = {channel: set() for channel in fins}  # of messages not held
+            return True
+        wanted = set(emptied).union(*fins.values())
+        held: set[bytes] = set()  # of `wanted`
+        count = pos = 0
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            while pos < size:
+                try:
+                    data = read_chunk(fd, pos, size, SCAN_CHUNK)
+                except ValueError:
+                    break  # torn (or malformed): this record and what follows are cut off
+                ids = scan_ids(data)[0]
+                count += len(ids)
+                if wanted:
+                    held.update(wanted.intersection(ids))
+                pos += len(data)
+        finally:
+            os.close(fd)
+        if pos < size:
+            log.warning(
+                "REPLICATION(%s): cutting %d torn bytes off the log", self.topic, size - pos
+            )
+            os.truncate(self.path, pos)
+        self.bytes = pos
+        self.count = count
+        self.finished = {channel: done & held for channel, done in fins.items()}
+        self.emptied = emptied & held
         self.dead = self._count_dead(held)
-        return created
+        return False
 
     def _count_dead(self, held: set[bytes]) -> int:
         if not self.finished:
