@@ -343,3 +343,74 @@ def test_an_attempt_that_loses_the_claim_returns_the_winners_rows_and_requeues_i
         time.sleep(0.1)
     stats = channel_stats(nsqd, "stg_claim", "spark")
     assert stats["requeue_count"] == 100 and stats["in_flight_count"] == 0
+
+
+def test_messages_that_time_out_before_their_fin_are_dropped_when_they_come_back(
+    nsqd: DaemonProcess, tmp_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task slower than msgTimeout between reading and FIN (a loaded executor) while
+    another consumer reads the channel (a later batch's task, a stopped run's straggler):
+    nsqd delivers the timed-out messages to it and answers the slow task's FINs with
+    E_FIN_FAILED. The slow task's staging file must stay unconfirmed, so that the task that
+    gets them drops them (FIN, no row): else they are archived twice. (No Spark: the task's
+    function itself.)"""
+    import socket
+
+    import trio
+
+    from trionsq.protocol.commands import MAGIC_V2, identify, rdy, sub
+    from trionsq.spark.executor import StagedPartition, _consume
+    from trionsq.spark.options import SourceOptions
+    from trionsq.spark.planner import Planner
+    from trionsq.spark.staging import StagingLog
+
+    bodies = [f"t{i}".encode() for i in range(50)]
+    publish(nsqd, "stg_timeout", bodies)
+    options = SourceOptions.parse(
+        {
+            "topic": "stg_timeout",
+            "channel": "spark",
+            "nsqd": tcp(nsqd),
+            "nsqdHttp": http(nsqd),
+            "stagingLocation": tmp_dir,
+            "msgTimeout": "1s",
+        }
+    )
+    Planner(options).depths()  # creates the channel
+    staging = StagingLog(f"{tmp_dir}/q")
+    write = StagingLog.write
+    other: list[socket.socket] = []
+
+    def slow_write(self: StagingLog, *args: Any) -> bool:
+        # Another consumer arrives while this task stalls past msgTimeout: it is sent the
+        # messages that time out, and holds them.
+        other.append(socket.create_connection(nsqd.tcp_address))
+        hello = identify({"msg_timeout": 1000})
+        other[0].sendall(MAGIC_V2 + hello + sub("stg_timeout", "spark") + rdy(50))
+        time.sleep(2.5)
+        return write(self, *args)
+
+    monkeypatch.setattr(StagingLog, "write", slow_write)
+    try:
+        first = trio.run(_consume, StagedPartition(1, 0, tcp(nsqd), 50, "q"), options, staging)
+        monkeypatch.setattr(StagingLog, "write", write)
+        assert sorted(first.column("body").to_pylist()) == sorted(bodies)
+        taken = channel_stats(nsqd, "stg_timeout", "spark")["in_flight_count"]
+        assert taken > 0  # the other consumer holds some: their FINs here failed
+        assert not os.path.exists(f"{tmp_dir}/q/b1/p0.fin")  # so the file is unconfirmed
+    finally:
+        for conn in other:
+            conn.close()  # what it holds goes back to the channel when it times out
+    deadline = time.monotonic() + 10
+    while channel_stats(nsqd, "stg_timeout", "spark")["depth"] < taken:
+        assert time.monotonic() < deadline, "the held messages did not come back"
+        time.sleep(0.1)
+
+    again = trio.run(_consume, StagedPartition(2, 0, tcp(nsqd), 50, "q"), options, staging)
+    assert again.num_rows == 0  # delivered again, dropped as copies of batch 1's rows
+    deadline = time.monotonic() + 10
+    while (stats := channel_stats(nsqd, "stg_timeout", "spark"))["in_flight_count"] or stats[
+        "depth"
+    ]:
+        assert time.monotonic() < deadline, f"the copies were not finished: {stats}"
+        time.sleep(0.1)

@@ -148,6 +148,9 @@ class Connection:
         self.rdy = 0
         self.in_flight = 0
         self.last_message_time = 0.0
+        #: E_FIN_FAILED answers so far: FINs nsqd did not apply (the message had timed out,
+        #: or was not in flight here), so it may deliver those messages again.
+        self.fin_failures = 0
         self.rdy_time = 0.0
         self._stream: trio.abc.Stream | None = None
         self._out: list[bytes] = []
@@ -324,6 +327,8 @@ class Connection:
     def _on_error(self, payload: bytes) -> None:
         error = NSQError.from_frame(payload)
         if payload.startswith(_UNMATCHED_ERRORS):
+            if payload.startswith(b"E_FIN_FAILED"):
+                self.fin_failures += 1
             log.warning("%s: %s", self.address, error)
         elif self._replies:
             self._replies.popleft().fail(error)
