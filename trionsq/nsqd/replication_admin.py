@@ -26,7 +26,7 @@ from ..protocol.message import framed_id
 from ..protocol.names import is_valid_channel_name
 from . import replication_wire as wire
 from .replication_admin_state import Version, parse_version
-from .replication_log import fsync_handles
+from .replication_log import fsync_handles, split_ids
 from .replication_topic import NODE_BITS, PRIMARY, REPLICA, ReplicatedTopic, TopicReplica
 
 if TYPE_CHECKING:
@@ -309,7 +309,7 @@ async def answer_forwarded(repl: Replication, sender: int, header: dict[str, Any
 def _ids(blob: bytes, count: Any) -> list[bytes]:
     if not isinstance(count, int) or count * 16 != len(blob):
         raise wire.WireError("bad ID list")
-    return [blob[i : i + 16] for i in range(0, len(blob), 16)]
+    return split_ids(blob)
 
 
 def _in_epoch(replica: TopicReplica, header: dict[str, Any]) -> list[bytes] | None:

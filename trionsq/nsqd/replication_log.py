@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import struct
 from collections.abc import Awaitable, Callable, Container, Iterable, Iterator
 from typing import Any, TypeVar
@@ -213,8 +214,11 @@ def record_spans(blob: bytes) -> Iterator[tuple[bytes, int, int]]:
         pos = stop
 
 
-def without_ids(blob: bytes, ids: Container[bytes]) -> tuple[bytes, int]:
-    """The records of `blob` (whole records) whose IDs are not in `ids`, and how many."""
+def without_ids(
+    blob: bytes, ids: Container[bytes], kept_ids: set[bytes] | None = None
+) -> tuple[bytes, int]:
+    """The records of `blob` (whole records) whose IDs are not in `ids`, and how many; their
+    IDs are added to `kept_ids` if given."""
     kept: list[bytes] = []
     whole = True
     for message_id, start, stop in record_spans(blob):
@@ -222,6 +226,8 @@ def without_ids(blob: bytes, ids: Container[bytes]) -> tuple[bytes, int]:
             whole = False
         else:
             kept.append(blob[start:stop])
+            if kept_ids is not None:
+                kept_ids.add(message_id)
     return (blob if whole else b"".join(kept)), len(kept)
 
 
@@ -298,12 +304,23 @@ class LogSnapshot:
             self.fd = -1
 
 
+_ID = re.compile(rb".{%d}" % ID_SIZE, re.DOTALL)
+#: Bytes of IDs split at a time (in a worker thread, the event loop runs between two).
+_SPLIT_STEP = ID_SIZE * 16384
+
+
+def split_ids(blob: bytes) -> list[bytes]:
+    """The 16-byte IDs `blob` holds one after another (a trailing piece is left out)."""
+    out: list[bytes] = []
+    for start in range(0, len(blob), _SPLIT_STEP):
+        out += _ID.findall(blob, start, start + _SPLIT_STEP)
+    return out
+
+
 def _read_ids(path: str) -> set[bytes]:
     """The IDs of a FIN file or the emptied file (a torn last one left out)."""
     with open(path, "rb") as f:
-        raw = f.read()
-    whole = len(raw) - len(raw) % ID_SIZE
-    return {raw[i : i + ID_SIZE] for i in range(0, whole, ID_SIZE)}
+        return set(split_ids(f.read()))
 
 
 def fsync_dir(path: str) -> None:
@@ -352,17 +369,15 @@ class ReplicationLog:
         self._compaction: Compaction | None = None
         #: channel -> FIN IDs written to its old FIN file while a compaction runs
         self._fins_since: dict[str, list[bytes]] = {}
-        created = self._load()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if created:
-            fsync_dir(self.data_path)
+        self._load()
+        self._fd = self._open_append(self.path)
 
     # -- loading ----------------------------------------------------------------------------
 
-    def _load(self) -> bool:
+    def _load(self) -> None:
         """Count the log's records (a torn tail is cut off), and read the FIN files and the
-        emptied file, keeping of them the IDs the log holds; True if there was no log yet.
-        The log is read a chunk at a time: memory grows with the FIN files, not the log."""
+        emptied file, keeping of them the IDs the log holds. The log is read a chunk at a
+        time: memory grows with the FIN files, not the log."""
         prefix = self.topic + ":"
         fins: dict[str, set[bytes]] = {}
         for name in os.listdir(self.data_path):
@@ -377,7 +392,7 @@ class ReplicationLog:
             size = os.path.getsize(self.path)
         except FileNotFoundError:
             self.finished = {channel: set() for channel in fins}  # of messages not held
-            return True
+            return
         wanted = set(emptied).union(*fins.values())
         held: set[bytes] = set()  # of `wanted`
         count = pos = 0
@@ -405,7 +420,6 @@ class ReplicationLog:
         self.finished = {channel: done & held for channel, done in fins.items()}
         self.emptied = emptied & held
         self.dead = self._count_dead(held)
-        return False
 
     def _count_dead(self, held: set[bytes]) -> int:
         if not self.finished:
@@ -574,16 +588,12 @@ class ReplicationLog:
         if not new:
             return 0
         self.emptied.update(new)
-        path = self._emptied_path()
-        created = not os.path.exists(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = self._open_append(self._emptied_path())
         try:
             os.write(fd, b"".join(new))
             os.fsync(fd)
         finally:
             os.close(fd)
-        if created:
-            fsync_dir(self.data_path)
         for channel in list(self.finished):
             self.finish(channel, new)
         self.write_fins()
@@ -602,12 +612,17 @@ class ReplicationLog:
     def _fin_fd(self, channel: str) -> int:
         fd = self._fin_fds.get(channel)
         if fd is None:
-            path = self._fin_path(channel)
-            created = not os.path.exists(path)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            self._fin_fds[channel] = fd
-            if created:
-                fsync_dir(self.data_path)
+            fd = self._fin_fds[channel] = self._open_append(self._fin_path(channel))
+        return fd
+
+    def _open_append(self, path: str) -> int:
+        """`path` opened to append; created if there is none, and then its directory synced
+        (the file's entry is durable before anything fsynced in it is relied on)."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return os.open(path, os.O_WRONLY | os.O_APPEND)
+        fsync_dir(self.data_path)
         return fd
 
     # -- upkeep -----------------------------------------------------------------------------
@@ -818,18 +833,10 @@ class Compaction:
 
     def _copy(self, end: int, gone: Container[bytes]) -> None:
         for data in self.source.chunks(self.copied, end):
-            kept: list[bytes] = []
-            whole = True
-            for message_id, start, stop in record_spans(data):
-                if message_id in gone:
-                    whole = False
-                    continue
-                kept.append(data[start:stop])
-                self.held.add(message_id)
-            blob = data if whole else b"".join(kept)
+            blob, count = without_ids(data, gone, self.held)
             if blob:
                 os.write(self.fd, blob)
-            self.count += len(kept)
+            self.count += count
             self.bytes += len(blob)
             self.copied += len(data)
 

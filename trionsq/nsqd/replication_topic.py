@@ -25,7 +25,6 @@ from __future__ import annotations
 import errno
 import logging
 import random
-import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -53,6 +52,7 @@ from .replication_log import (
     encode_records,
     fsync_handles,
     scan_ids,
+    split_ids,
 )
 from .topic import Topic, TopicExiting
 from .wakeup import Wakeup
@@ -593,10 +593,10 @@ class TopicReplica:
         if count < 0 or any(n < 0 for n in channels.values()):
             raise wire.WireError("bad summary")
         pos = count * 16
-        ids = set(_split_ids(blob[:pos]))
+        ids = set(split_ids(blob[:pos]))
         fins: dict[str, list[bytes]] = {}
         for name, n in channels.items():
-            fins[name] = _split_ids(blob[pos : pos + n * 16])
+            fins[name] = split_ids(blob[pos : pos + n * 16])
             pos += n * 16
         try:
             pos += int(header.get("emptied", 0)) * 16  # `summary_emptied`
@@ -656,6 +656,19 @@ class TopicReplica:
             log.error("REPLICATION(%s): node %s - %s", self.name, peer.node_id, err)
             return None
         return parsed
+
+    async def merge_summary(
+        self, peer: Peer, header: dict[str, Any], blob: bytes
+    ) -> tuple[set[bytes], tuple[int, int]] | None:
+        """A peer's summary (a promise, a sync) merged here: its admin state, its messages
+        and FINs. Returns the IDs it holds and `merge_from`'s position; None if the summary
+        is malformed or the bodies could not be fetched."""
+        summary = await self.read_summary(peer, header, blob)
+        if summary is None:
+            return None
+        self.merge_admin(header.get("admin"), self.summary_emptied(header, blob))
+        start = await self.merge_from(peer, *summary)
+        return None if start is None else (summary[0], start)
 
     async def merge_from(
         self, peer: Peer, ids: set[bytes], fins: dict[str, list[bytes]]
@@ -825,14 +838,10 @@ class TopicReplica:
                 return
             if kind != wire.SUMMARY:
                 return
-            summary = await self.read_summary(peer, header, blob)
-            if summary is None:
+            merged = await self.merge_summary(peer, header, blob)
+            if merged is None or not self.leads(epoch) or not peer.connected:
                 return
-            self.merge_admin(header.get("admin"), self.summary_emptied(header, blob))
-            start = await self.merge_from(peer, *summary)
-            if start is None or not self.leads(epoch) or not peer.connected:
-                return
-            sent = await catch_up(self, peer, epoch, summary[0], start)
+            sent = await catch_up(self, peer, epoch, *merged)
             if sent is not None:
                 log.info(
                     "REPLICATION(%s): node %d joins epoch %s (%d messages sent to it)",
@@ -936,11 +945,7 @@ class TopicReplica:
                     return
                 if kind != wire.PROMISE:
                     return
-                summary = await self.read_summary(peer, header, blob)
-                if summary is None:
-                    return
-                self.merge_admin(header.get("admin"), self.summary_emptied(header, blob))
-                if await self.merge_from(peer, *summary) is not None:
+                if await self.merge_summary(peer, header, blob) is not None:
                     results.append(True)
 
             for peer in connected:
@@ -1211,7 +1216,7 @@ class TopicReplica:
         return [wire.encode(wire.SUMMARY, {**summary, "topic": self.name, "rid": rid}, blob)]
 
     async def on_want(self, header: dict[str, Any], blob: bytes) -> list[bytes]:
-        ids = [blob[i : i + 16] for i in range(0, len(blob) - len(blob) % 16, 16)]
+        ids = split_ids(blob)
         bodies = await self._scan(lambda snapshot: encode_records(snapshot.read(ids)))
         return [wire.encode(wire.BODIES, {"topic": self.name, "rid": header.get("rid")}, bodies)]
 
@@ -1243,21 +1248,6 @@ class TopicReplica:
             "failovers": self.failovers,
             **self.forwarder.stats(),
         }
-
-
-_ID = re.compile(rb".{16}", re.DOTALL)
-
-
-#: IDs split at a time (a worker thread lets the event loop run between two).
-_SPLIT_STEP = 16 * 16384
-
-
-def _split_ids(blob: bytes) -> list[bytes]:
-    """The 16-byte IDs `blob` holds one after another (a trailing piece is left out)."""
-    out: list[bytes] = []
-    for start in range(0, len(blob), _SPLIT_STEP):
-        out += _ID.findall(blob, start, start + _SPLIT_STEP)
-    return out
 
 
 def _joined_ids(snapshot: LogSnapshot) -> tuple[int, bytes]:

@@ -263,6 +263,37 @@ static PyObject *encode_log_records(PyObject *module, PyObject *const *args, Py_
     return out;
 }
 
+/* The end of the whole log record at `pos` of `buf` (`n` bytes), or -1 if none is there: too
+ * few bytes for its head, a length below `min_length`, or one running past the end. */
+static inline Py_ssize_t log_record_end(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos,
+                                        Py_ssize_t min_length) {
+    if (n - pos < LOG_HEAD) {
+        return -1;
+    }
+    const unsigned char *p = buf + pos;
+    Py_ssize_t length = (Py_ssize_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+                                     ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+    if (length < min_length || n - pos - 4 < length) {
+        return -1;
+    }
+    return pos + 4 + length;
+}
+
+/* The arguments of the log scans, (buf, min_length): 0 with `*min_length` set, or -1 with an
+ * exception. */
+static int log_args(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                    Py_ssize_t *min_length) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s takes 2 arguments", name);
+        return -1;
+    }
+    *min_length = PyLong_AsSsize_t(args[1]);
+    if (*min_length == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(count_log_records_doc,
 "count_log_records(buf, min_length)\n"
 "--\n\n"
@@ -271,30 +302,19 @@ PyDoc_STRVAR(count_log_records_doc,
 
 static PyObject *count_log_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "count_log_records takes 2 arguments");
-        return NULL;
-    }
-    Py_ssize_t min_length = PyLong_AsSsize_t(args[1]);
-    if (min_length == -1 && PyErr_Occurred()) {
+    Py_ssize_t min_length;
+    if (log_args("count_log_records", args, nargs, &min_length) < 0) {
         return NULL;
     }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    const unsigned char *buf = view.buf;
-    Py_ssize_t n = view.len;
     Py_ssize_t pos = 0;
     Py_ssize_t count = 0;
-    while (n - pos >= LOG_HEAD) {
-        const unsigned char *p = buf + pos;
-        Py_ssize_t length = (Py_ssize_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
-                                         ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
-        if (length < min_length || n - pos - 4 < length) {
-            break;
-        }
-        pos += 4 + length;
+    Py_ssize_t end;
+    while ((end = log_record_end(view.buf, view.len, pos, min_length)) >= 0) {
+        pos = end;
         count += 1;
     }
     PyBuffer_Release(&view);
@@ -309,12 +329,8 @@ PyDoc_STRVAR(scan_log_ids_doc,
 
 static PyObject *scan_log_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "scan_log_ids takes 2 arguments");
-        return NULL;
-    }
-    Py_ssize_t min_length = PyLong_AsSsize_t(args[1]);
-    if (min_length == -1 && PyErr_Occurred()) {
+    Py_ssize_t min_length;
+    if (log_args("scan_log_ids", args, nargs, &min_length) < 0) {
         return NULL;
     }
     if (min_length < LOG_HEAD - 4 + FRAME_PREFIX) {
@@ -331,18 +347,12 @@ static PyObject *scan_log_ids(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
     const unsigned char *buf = view.buf;
-    Py_ssize_t n = view.len;
     Py_ssize_t pos = 0;
-    while (n - pos >= LOG_HEAD) {
-        const unsigned char *p = buf + pos;
-        Py_ssize_t length = (Py_ssize_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
-                                         ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
-        if (length < min_length || n - pos - 4 < length) {
-            break;
-        }
+    Py_ssize_t end;
+    while ((end = log_record_end(buf, view.len, pos, min_length)) >= 0) {
         /* The frame's ID: after the record head, at the end of the frame prefix. */
         PyObject *id = PyBytes_FromStringAndSize(
-            (const char *)p + LOG_HEAD + FRAME_PREFIX - 16, 16);
+            (const char *)buf + pos + LOG_HEAD + FRAME_PREFIX - 16, 16);
         if (id == NULL || PyList_Append(ids, id) < 0) {
             Py_XDECREF(id);
             Py_DECREF(ids);
@@ -350,11 +360,10 @@ static PyObject *scan_log_ids(PyObject *module, PyObject *const *args, Py_ssize_
             return NULL;
         }
         Py_DECREF(id);
-        pos += 4 + length;
+        pos = end;
     }
     PyBuffer_Release(&view);
-    PyObject *result = Py_BuildValue("(Nn)", ids, pos);
-    return result;
+    return Py_BuildValue("(Nn)", ids, pos);
 }
 
 static PyMethodDef methods[] = {
