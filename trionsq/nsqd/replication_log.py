@@ -419,13 +419,14 @@ class ReplicationLog:
         self.count = count
         self.finished = {channel: done & held for channel, done in fins.items()}
         self.emptied = emptied & held
-        self.dead = self._count_dead(held)
+        self._recount_dead()
 
-    def _count_dead(self, held: set[bytes]) -> int:
-        if not self.finished:
-            return len(self.emptied & held)
+    def _recount_dead(self) -> None:
+        """`dead`: the records every channel has finished (with no channel, those emptied).
+        Counted from the finished sets, without a scan of the log: a FIN of a message it
+        never held counts too until a compaction, which this count only triggers, drops it."""
         sets = list(self.finished.values())
-        return len(set.intersection(*sets) & held)
+        self.dead = len(set.intersection(*sets)) if sets else len(self.emptied)
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -542,10 +543,7 @@ class ReplicationLog:
             os.unlink(self._fin_path(channel))
         except FileNotFoundError:
             pass
-        # Counted without a scan of the log: a FIN of a message it never held counts too
-        # (compaction, which this count only triggers, drops those).
-        sets = list(self.finished.values())
-        self.dead = len(set.intersection(*sets)) if sets else 0
+        self._recount_dead()
 
     def finish(self, channel: str, ids: Iterable[bytes]) -> int:
         """Record that `channel` finished `ids` (those it had not); returns how many were
@@ -597,7 +595,7 @@ class ReplicationLog:
         for channel in list(self.finished):
             self.finish(channel, new)
         self.write_fins()
-        self.dead = self._count_dead(self.ids())
+        self._recount_dead()
         return len(new)
 
     def _emptied_path(self) -> str:
@@ -744,8 +742,7 @@ class ReplicationLog:
         # The renames are durable before anything written to the new files is acknowledged
         # as synced (--sync-ack): after a power failure the old files must not come back.
         fsync_dir(self.data_path)
-        sets = list(self.finished.values())
-        self.dead = len(set.intersection(*sets)) if sets else len(self.emptied)
+        self._recount_dead()
         dropped = self.dropped
         gone = compaction.gone - held
         dropped.update(dict.fromkeys(gone))
