@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .. import NSQ_VERSION
-from ..daemon import StartupError
+from ..daemon import StartupError, start_http
 from ..diskqueue import DiskSyncer
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.recovery import Recovered
@@ -400,28 +400,16 @@ class NSQD:
             log.info("NSQ: bye")
 
     async def _start_http(self, nursery: trio.Nursery) -> None:
-        address = self.options.http_address
-        try:
-            split_host_port(address)
-            urls = await nursery.start(functools.partial(serve_http, self, address), name="http")
-        except (OSError, ValueError) as err:
-            raise StartupError(f"listen ({address}) failed - {err}") from err
-        host, _, port = urls[0].rpartition(":")
-        self.http_address = (host.removeprefix("http://").strip("[]"), int(port))
+        self.http_address = await start_http(
+            nursery, functools.partial(serve_http, self), self.options.http_address
+        )
         log.info("HTTP: listening on %s", _format_address(self.http_address))
 
     async def _start_https(self, nursery: trio.Nursery) -> None:
         """The same API over TLS on --https-address (only with a certificate and key)."""
-        address = self.options.https_address
-        try:
-            split_host_port(address)
-            urls = await nursery.start(
-                functools.partial(serve_http, self, address, tls=True), name="https"
-            )
-        except (OSError, ValueError) as err:
-            raise StartupError(f"listen ({address}) failed - {err}") from err
-        host, _, port = urls[0].rpartition(":")
-        self.https_address = (host.removeprefix("https://").strip("[]"), int(port))
+        self.https_address = await start_http(
+            nursery, functools.partial(serve_http, self, tls=True), self.options.https_address
+        )
         log.info("HTTPS: listening on %s", _format_address(self.https_address))
 
     @property
