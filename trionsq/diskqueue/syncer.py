@@ -169,10 +169,12 @@ class DiskSyncer:
             self._progress.set()
             self._progress = trio.Event()
 
-    async def close(self) -> None:
-        """Shutdown: the final sync of every queue, then their files are closed."""
+    async def close(self) -> bool:
+        """Shutdown: the final sync of every queue, then their files are closed; False if
+        some queue failed to sync."""
         self._due.clear()
         await self.sync(final=True)
+        return self.rounds not in self._failed_rounds
 
 
 def _run_round(jobs: list[SyncJob]) -> list[Exception | None]:

@@ -153,14 +153,24 @@ def from_wall_ns(due_ns: int) -> float:
     return trio.current_time() + (due_ns - time.time_ns()) / 1e9
 
 
-def save_at_exit(backend: Backend, frames: list[bytes], owner: str) -> None:
-    """Shutdown: write the messages held in memory to the backend, and close it. If the disk
-    refuses them they are lost, and the log says how many (as Go nsqd's does)."""
+def save_at_exit(backend: Backend, frames: list[bytes], owner: str) -> int:
+    """Shutdown: write the messages held in memory to the backend, stop holding deferred
+    messages apart once they are written, and close it. Returns how many messages were lost:
+    if the disk refuses them, those whose only copy was in memory (a message taken from the
+    disk and still owed, or held by the deferred log, is read from there again at restart);
+    the log says how many."""
     try:
         backend.put_many(frames)
     except BackendError as err:
-        log.error("%s: failed to save %d messages at exit - %s", owner, len(frames), err)
+        kept = backend.owed.keys() | backend.held_deferred.keys()
+        lost = sum(1 for frame in frames if framed_id(frame) not in kept)
+        if lost:
+            log.error("%s: failed to save %d messages at exit - %s", owner, lost, err)
+        backend.close()
+        return lost
+    backend.clear_deferred()
     backend.close()
+    return 0
 
 
 def recover_queues(nsqd: NSQD, names: list[str]) -> dict[str, Recovered]:
@@ -209,6 +219,8 @@ class DiskBackend(DiskQueue):
         self._nsqd = nsqd
 
     def put_many(self, frames: list[bytes]) -> None:
+        if not frames:
+            return  # not a write that worked: the health stays as it is
         try:
             super().put_many(frames)
         except (OSError, DiskQueueError) as err:

@@ -593,8 +593,9 @@ class Channel:
         # What the topic's pump has not moved here yet goes too.
         self.backlog_skip = self.topic.owed_backlog()
 
-    def close(self) -> None:
-        """Shutdown: every queued, in-flight and deferred message goes to the backend."""
+    def close(self) -> int:
+        """Shutdown: every queued, in-flight and deferred message goes to the backend; how
+        many were lost (the disk refused them: `save_at_exit`)."""
         self.exiting = True
         frames: list[bytes] = list(self.memory)
         self.memory.clear()
@@ -610,8 +611,7 @@ class Channel:
             self.backend.deferred_due[framed_id(frame)] = to_wall_ns(due)
             frames.append(frame)
         self.deferred.clear()
-        self.backend.clear_deferred()
-        save_at_exit(self.backend, frames, f"CHANNEL({self.name})")
+        return save_at_exit(self.backend, frames, f"CHANNEL({self.name})")
 
     def delete(self) -> None:
         """HTTP /channel/delete or its topic's deletion: its subscribers' connections close."""

@@ -418,9 +418,12 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
     """Accept the messages; with --sync-ack, answer once they are fsynced."""
     try:
         topic.put_bodies(bodies, delay)
-    except (TopicExiting, BackendError):
-        # Go nsqd answers every failed put so, a disk failure included.
+    except TopicExiting:
         raise HTTPError(503, "EXITING") from None
+    except BackendError:
+        # Go answers EXITING to any failed put; a disk that refuses says so (the status is
+        # Go's: retry later).
+        raise HTTPError(503, "PUB_FAILED") from None
     except QueueFull:
         # A full bounded queue (bounds.py): retry later, like any 503.
         raise HTTPError(503, "QUEUE_FULL") from None
@@ -428,7 +431,7 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
         replica = getattr(topic, "replica", None)
         owed = None if replica is None else {replica.owed_to: replica.accepted}
         if not await nsqd.wait_durable(owed):
-            raise HTTPError(503, "EXITING")
+            raise HTTPError(503, "EXITING" if nsqd.exiting else "PUB_FAILED")
 
 
 def _limits_from_query(

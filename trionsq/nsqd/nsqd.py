@@ -51,6 +51,7 @@ from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, DiskBackend, recover_queues
 from .bounds import LimitOverride
 from .client_v2 import ClientV2
+from .data_path import DataPathError, check_writable, go_error_text, lock_data_path
 from .dead_letter_names import DeadLetterNames
 from .heartbeats import Heartbeats
 from .http_api import serve_http
@@ -122,6 +123,8 @@ class NSQD:
         self.tls_context: ssl.SSLContext | None = None
         # "OK", or "NOK - <why>" when nsqd cannot do its job (e.g. its disk fails).
         self.health = "OK"
+        #: What the ordered shutdown failed to keep (main.py exits 1 when there is any).
+        self.exit_errors: list[str] = []
         self._next_client_id = 0
         self._nursery: trio.Nursery | None = None
         self._clients_nursery: trio.Nursery | None = None
@@ -132,8 +135,10 @@ class NSQD:
         self._lock_fd: int | None = None
         self.run_blocking = run_blocking
         self.disk_syncer = DiskSyncer(options.sync_timeout, run_blocking, sync_ack=options.sync_ack)
+        #: The data path (--data-path, else the working directory, as Go's).
+        self.data_path = options.data_path or os.getcwd()
         self.metadata = metadata.MetadataWriter(
-            metadata.metadata_path(options.data_path or os.getcwd()),
+            metadata.metadata_path(self.data_path),
             lambda: metadata.current(self),
             lambda name: metadata.current_topic(self, name),
             run_blocking,
@@ -328,15 +333,21 @@ class NSQD:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
-        log.info("%s", build_description("nsqd"))
-        log.info("ID: %d", self.options.node_id)
-        self._build_tls_context()
+        # Go's order: the lock and TLS (nsqd.New), the version, then the metadata (Start).
         self._lock_data_path()
         try:
-            saved_topics = metadata.load(self.fs, self.metadata.path)
-        except metadata.MetadataError as err:
+            await self._serve(task_status)
+        finally:
             self._unlock_data_path()
-            raise StartupError(f"failed to load metadata - {err}") from err
+            self._exited.set()
+
+    async def _serve(self, task_status: Any) -> None:
+        """Start, serve, and run the ordered shutdown (the data path is locked)."""
+        self._build_tls_context()
+        log.info("%s", build_description("nsqd"))
+        log.info("ID: %d", self.options.node_id)
+        await self._check_data_path()
+        saved_topics = self._load_saved_topics()
         if self.options.sync_ack:
             log.info("NSQ: --sync-ack: publishes are answered once fsynced")
         if self.options.max_queue_depth or self.options.max_queue_bytes:
@@ -357,47 +368,53 @@ class NSQD:
             ) from err
         self.tcp_address = _listener_address(listeners[0])
         log.info("TCP: listening on %s", _format_address(self.tcp_address))
-        try:
-            async with trio.open_nursery() as root:
-                self._nursery = root
-                root.start_soon(self._queue_scan_loop, name="queue-scan")
-                await root.start(self.disk_syncer.run, name="disk-syncer")
-                self._load_metadata(saved_topics)
-                await self.metadata.write()
-                await root.start(self.metadata.run, name="metadata-writer")
-                await root.start(self.memory_trimmer.run, name="memory-trimmer")
-                async with trio.open_nursery() as clients:
-                    self._clients_nursery = clients
-                    await clients.start(self.heartbeats.run, name="heartbeats")
-                    for listener in listeners:
-                        clients.start_soon(self._accept, listener, clients, name="tcp-listener")
-                    if self.options.http_address:
-                        await self._start_http(clients)
-                    if self.tls_context is not None and self.options.https_address:
-                        await self._start_https(clients)
-                    self.lookup.start(root, self.options.nsqlookupd_tcp_addresses)
-                    if self.replication is not None:
-                        await root.start(self.replication.run, name="replication")
-                    if self.options.statsd_address:
-                        http_port = self.http_address[1] if self.http_address else None
-                        await root.start(
-                            functools.partial(
-                                statsd_loop, self.stats, self.options, http_port=http_port
-                            ),
-                            name="statsd",
-                        )
-                    task_status.started(self)
-                    await self._exit.wait()
-                    log.info("NSQ: closing TCP listener and %d clients", len(self.clients))
-                    clients.cancel_scope.cancel()
-                self._close_topics()
-                await self.disk_syncer.close()
-                await self.metadata.write()
-                root.cancel_scope.cancel()
-        finally:
-            self._unlock_data_path()
-            self._exited.set()
-            log.info("NSQ: bye")
+        async with trio.open_nursery() as root:
+            self._nursery = root
+            root.start_soon(self._queue_scan_loop, name="queue-scan")
+            await root.start(self.disk_syncer.run, name="disk-syncer")
+            self._load_metadata(saved_topics)
+            await self.metadata.write()
+            if self.metadata.error is not None:
+                err = go_error_text(self.metadata.error)
+                raise StartupError(f"failed to persist metadata - {err}")
+            await root.start(self.metadata.run, name="metadata-writer")
+            await root.start(self.memory_trimmer.run, name="memory-trimmer")
+            async with trio.open_nursery() as clients:
+                self._clients_nursery = clients
+                await clients.start(self.heartbeats.run, name="heartbeats")
+                for listener in listeners:
+                    clients.start_soon(self._accept, listener, clients, name="tcp-listener")
+                if self.options.http_address:
+                    await self._start_http(clients)
+                if self.tls_context is not None and self.options.https_address:
+                    await self._start_https(clients)
+                self.lookup.start(root, self.options.nsqlookupd_tcp_addresses)
+                if self.replication is not None:
+                    await root.start(self.replication.run, name="replication")
+                if self.options.statsd_address:
+                    http_port = self.http_address[1] if self.http_address else None
+                    await root.start(
+                        functools.partial(
+                            statsd_loop, self.stats, self.options, http_port=http_port
+                        ),
+                        name="statsd",
+                    )
+                task_status.started(self)
+                await self._exit.wait()
+                log.info("NSQ: closing TCP listener and %d clients", len(self.clients))
+                clients.cancel_scope.cancel()
+            self._close_topics()
+            if not await self.disk_syncer.close():
+                self.exit_errors.append("the final sync of the disk queues failed")
+            # A rewrite that fails loses something only if the file lacked a change.
+            unwritten = self.metadata.pending
+            await self.metadata.write()
+            if unwritten and self.metadata.error is not None:
+                self.exit_errors.append(
+                    f"failed to persist metadata - {go_error_text(self.metadata.error)}"
+                )
+            root.cancel_scope.cancel()
+        log.info("NSQ: bye")
 
     async def _start_http(self, nursery: trio.Nursery) -> None:
         self.http_address = await start_http(
@@ -479,8 +496,10 @@ class NSQD:
         await self._exited.wait()
 
     def _close_topics(self) -> None:
-        for topic in self.topics.values():
-            topic.close()
+        lost = sum(topic.close() for topic in self.topics.values())
+        if lost:
+            why = f" ({self.health})" if self.health != "OK" else ""
+            self.exit_errors.append(f"{lost} messages could not be saved{why}")
 
     # -- addresses and the data path ------------------------------------------------------
 
@@ -498,15 +517,23 @@ class NSQD:
         return await trio.open_tcp_listeners(port, host=host or None)
 
     def _lock_data_path(self) -> None:
-        path = self.options.data_path or os.getcwd()
         try:
-            self._lock_fd = self.fs.lock_dir(path)
-        except BlockingIOError as err:
-            raise StartupError(
-                f"failed to lock data-path {path} - another nsqd may be using it"
-            ) from err
-        except OSError as err:
-            raise StartupError(f"failed to open data-path {path} - {err.strerror}") from err
+            self._lock_fd = lock_data_path(self.fs, self.data_path)
+        except DataPathError as err:
+            raise StartupError(f"failed to instantiate nsqd - {err}") from err
+
+    async def _check_data_path(self) -> None:
+        """Refuse to start where a message could not be kept (data_path.py)."""
+        try:
+            await self.run_blocking(check_writable, self.fs, self.data_path)
+        except DataPathError as err:
+            raise StartupError(f"failed to instantiate nsqd - {err}") from err
+
+    def _load_saved_topics(self) -> list[metadata.TopicMetadata]:
+        try:
+            return metadata.load(self.fs, self.metadata.path)
+        except metadata.MetadataError as err:
+            raise StartupError(f"failed to load metadata - {err}") from err
 
     def _unlock_data_path(self) -> None:
         if self._lock_fd is not None:

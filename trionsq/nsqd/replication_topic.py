@@ -202,10 +202,11 @@ class ReplicatedTopic(Topic):
         if self.replica.role == PRIMARY:
             super().start()
 
-    def close(self) -> None:
+    def close(self) -> int:
         self.replica.forwarder.close()
-        super().close()
+        lost = super().close()
         self.replica.log.close()
+        return lost
 
     def delete(self) -> None:
         self.replica.forwarder.close()

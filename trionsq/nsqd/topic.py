@@ -465,18 +465,17 @@ class Topic:
         self.memory.clear()
         self.backend.empty()
 
-    def close(self) -> None:
-        """Shutdown: flush channels and the topic's own queue to their backends."""
+    def close(self) -> int:
+        """Shutdown: flush channels and the topic's own queue to their backends; how many
+        messages were lost (the disk refused them)."""
         self.exiting = True
-        for channel in self.channels.values():
-            channel.close()
+        lost = sum(channel.close() for channel in self.channels.values())
         frames = list(self.memory) + [frame for frame, _ in self.deferred]
         for frame, due in self.deferred:
             self.backend.deferred_due[framed_id(frame)] = to_wall_ns(due)
         self.memory.clear()
         self.deferred.clear()
-        self.backend.clear_deferred()
-        save_at_exit(self.backend, frames, f"TOPIC({self.name})")
+        return lost + save_at_exit(self.backend, frames, f"TOPIC({self.name})")
 
     def delete(self) -> None:
         self.exiting = True
