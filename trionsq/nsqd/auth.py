@@ -15,10 +15,12 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import trio
+
+if TYPE_CHECKING:
+    import httpx
 
 PERMISSIONS = ("subscribe", "publish")
 
@@ -124,6 +126,8 @@ async def query_any(
     """Ask the auth servers, starting at a random one, until one gives a valid answer."""
     errors = []
     start = random.randrange(len(addresses))
+    import httpx  # when first needed: nsqd without --auth-http-address starts without it
+
     timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
     async with httpx.AsyncClient(timeout=timeout, verify=verify) as client:
         for i in range(len(addresses)):

@@ -45,11 +45,6 @@ from .backend import BackendError
 from .bounds import BoundsError, LimitOverride, QueueFull, limits_json
 from .dead_letter import Limits, describe_limits
 from .dead_letter_names import MAX_ATTEMPTS_LIMIT
-from .peek import parse_n, peek_channel, peek_topic
-from .prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
-from .prometheus import render_prometheus
-from .replication_admin import act, take_over
-from .replication_topic import ReplicatedTopic
 from .stats import format_text, snapshot
 from .topic import Topic, TopicExiting
 
@@ -112,8 +107,11 @@ async def replicated_admin(topic: Topic, action: str, channel: str | None = None
     """An admin action on a replicated topic (replication_admin.py): done by the primary
     with its members, forwarded to it from a replica; raises HTTPError with the answer if it
     is not 200. False for any other topic (and an ephemeral channel): the caller acts here."""
-    if not isinstance(topic, ReplicatedTopic) or (channel is not None and is_ephemeral(channel)):
+    if not topic.replicated or (channel is not None and is_ephemeral(channel)):
         return False
+    # Imported when first used: a plain nsqd starts without the replication modules.
+    from .replication_admin import act
+
     status, message = await act(topic, action, channel)
     if status != 200:
         raise HTTPError(status, message or "INTERNAL_ERROR")
@@ -234,8 +232,10 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
     @app.route("/metrics", methods=["GET"])
     async def metrics() -> Response:
         """Beyond NSQ: the stats in Prometheus' text exposition format."""
+        from .prometheus import CONTENT_TYPE, render_prometheus  # only when asked for
+
         body = render_prometheus(snapshot(nsqd))
-        return Response(body, status=200, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+        return Response(body, status=200, headers={"Content-Type": CONTENT_TYPE})
 
     async def persisted() -> None:
         """Answer after nsqd.dat holds the change (Go persists it before answering)."""
@@ -286,9 +286,11 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         """Beyond NSQ (docs/replication.md section 8): the survivor of a two-member replica
         set takes over a replicated topic alone, its vote counted twice."""
         topic = existing_topic(nsqd, query(), validate=True)
-        if not isinstance(topic, ReplicatedTopic):
+        if not topic.replicated:
             raise HTTPError(400, "TOPIC_NOT_REPLICATED")
-        status, message = await take_over(topic)
+        from .replication_admin import take_over
+
+        status, message = await take_over(topic)  # type: ignore[arg-type]
         if status != 200:
             raise HTTPError(status, message or "INTERNAL_ERROR")
 
@@ -344,11 +346,15 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
     async def topic_peek() -> Any:
         params = query()
         topic = existing_topic(nsqd, params, validate=True)
+        from .peek import peek_topic  # only when asked for
+
         return await peek_topic(nsqd, topic, _peek_n(params))
 
     @route("/channel/peek", ["GET"])
     async def channel_peek() -> Any:
         channel = existing_channel()[1]
+        from .peek import peek_channel
+
         return await peek_channel(nsqd, channel, _peek_n(query()))
 
     # -- beyond NSQ: a topic's or channel's own settings ---------------------------------
@@ -494,6 +500,8 @@ def _binary_messages(body: bytes, max_msg_size: int, max_body_size: int) -> list
 
 
 def _peek_n(params: dict[str, list[str]]) -> int:
+    from .peek import parse_n
+
     n = parse_n(first(params, "n"))
     if n is None:
         raise HTTPError(400, "INVALID_N")

@@ -23,7 +23,6 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import trio
 
 from .. import NSQ_VERSION
@@ -41,8 +40,8 @@ PING_INTERVAL = 15.0
 COMMAND_TIMEOUT = 1.0
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 15.0
-#: Go's lookupd HTTP client timeouts for the channel query (connect 2 s, request 5 s).
-CHANNELS_QUERY_TIMEOUT = httpx.Timeout(5.0, connect=2.0)
+#: Go's lookupd HTTP client timeouts for the channel query (request 5 s, connect 2 s).
+CHANNELS_QUERY_TIMEOUT = (5.0, 2.0)
 
 _SIZE = struct.Struct(">I")
 _PEER_FAILURES = (OSError, trio.TooSlowError, trio.BrokenResourceError)
@@ -248,7 +247,12 @@ class LookupPeers:
         addresses = self.http_addresses
         if not addresses:
             return []
-        async with httpx.AsyncClient(timeout=CHANNELS_QUERY_TIMEOUT) as client:
+        # httpx is imported when first needed: a plain nsqd starts without it.
+        import httpx
+
+        request_timeout, connect_timeout = CHANNELS_QUERY_TIMEOUT
+        timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
+        async with httpx.AsyncClient(timeout=timeout) as client:
             for address in addresses:
                 try:
                     response = await client.get(

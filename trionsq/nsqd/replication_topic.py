@@ -115,6 +115,7 @@ class ReplicatedTopic(Topic):
 
     __slots__ = ("replica",)
     channel_class = ReplicatedChannel
+    replicated = True
 
     def __init__(self, nsqd: NSQD, name: str, backend: Backend, repl: Replication) -> None:
         super().__init__(nsqd, name, backend)
