@@ -96,7 +96,7 @@ def main() -> int:
     if args.go:
         commands["go nsqd"] = [args.go, *args.flags]
     times: dict[str, list[float]] = {name: [] for name in commands}
-    for name, argv in commands.items():  # a warm-up of each, not counted
+    for argv in commands.values():  # a warm-up of each, not counted
         time_to_ping(argv)
     for _ in range(args.rounds):
         for name, argv in commands.items():
