@@ -28,8 +28,14 @@ from trionsq.protocol import (
 
 
 async def start_nsqd(nursery: trio.Nursery, data_path: str, **overrides: Any) -> NSQD:
+    # No HTTP/HTTPS listener unless a test asks (never NSQ's 0.0.0.0:4151/4152: see .ci/run).
     options = dataclasses.replace(
-        NSQDOptions(), tcp_address="127.0.0.1:0", http_address="", data_path=data_path, node_id=7
+        NSQDOptions(),
+        tcp_address="127.0.0.1:0",
+        http_address="",
+        https_address="",
+        data_path=data_path,
+        node_id=7,
     )
     options = dataclasses.replace(options, **overrides)
     nsqd = NSQD(options, run_blocking=run_inline)

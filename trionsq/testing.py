@@ -1,9 +1,10 @@
 """Start trionsq daemons as subprocesses on kernel-chosen ports, for tests and benchmarks.
 
 The daemon logs ``TCP: listening on HOST:PORT`` (and ``HTTP: ...``, ``HTTPS: ...``) on stderr,
-as Go nsqd and nsqlookupd do; `DaemonProcess` reads those lines to learn its addresses. nsqd
-gets a temporary data path, nsqlookupd ``--broadcast-address=127.0.0.1`` unless the arguments
-name one; nsqadmin (HTTP only) ``--http-address=127.0.0.1:0``.
+as Go nsqd and nsqlookupd do; `DaemonProcess` reads those lines to learn its addresses. Every
+listener is on 127.0.0.1 port 0 unless the arguments say otherwise (never one of NSQ's default
+ports: .ci/run holds them). nsqd gets a temporary data path, nsqlookupd
+``--broadcast-address=127.0.0.1`` unless the arguments name one.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class DaemonProcess:
             argv += [
                 "--tcp-address=127.0.0.1:0",
                 "--http-address=127.0.0.1:0",
+                "--https-address=127.0.0.1:0",  # used only with --tls-cert and --tls-key
                 f"--data-path={data_path}",
             ]
         elif daemon in ("nsqlookupd", "lookupd"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import AsyncIterator
 
@@ -11,6 +12,7 @@ import trio
 
 from tests.nsqd_harness import Conn, start_nsqd
 from trionsq.nsqd.nsqd import NSQD
+from trionsq.testing import free_ports
 
 
 @pytest.fixture
@@ -181,8 +183,9 @@ async def test_config_get_and_put(http: httpx.AsyncClient, nsqd: NSQD) -> None:
     assert (await http.get("/config/log_level")).json() == 2
     assert (await http.put("/config/log_level", content=b"debug")).json() == 1
     assert nsqd.options.log_level == "debug"
-    addresses = ["127.0.0.1:4160"]
-    put = await http.put("/config/nsqlookupd_tcp_addresses", content=b'["127.0.0.1:4160"]')
+    # A port nothing listens on, not NSQ's 4160: the lookup loop connects to it.
+    addresses = [f"127.0.0.1:{free_ports(1)[0]}"]
+    put = await http.put("/config/nsqlookupd_tcp_addresses", content=json.dumps(addresses))
     assert put.json() == addresses
     assert nsqd.options.nsqlookupd_tcp_addresses == addresses
     assert error_of(await http.get("/config/nope")) == (400, "INVALID_OPTION")

@@ -115,6 +115,7 @@ def test_a_second_nsqd_on_the_same_data_path_refuses_to_start(tmp_path):
                 "trionsq",
                 "nsqd",
                 "--tcp-address=127.0.0.1:0",
+                "--http-address=127.0.0.1:0",
                 f"--data-path={tmp_path}",
             ],
             capture_output=True,
@@ -135,6 +136,7 @@ def test_listens_on_a_unix_socket_path(tmp_path):
             "trionsq",
             "nsqd",
             f"--tcp-address={path}",
+            "--http-address=127.0.0.1:0",  # not NSQ's 0.0.0.0:4151 (a local cluster may hold it)
             f"--data-path={tmp_path}",
         ],
         stderr=subprocess.PIPE,
@@ -159,8 +161,10 @@ def test_listens_on_a_unix_socket_path(tmp_path):
 
 
 def test_data_path_defaults_to_the_working_directory(tmp_path):
+    # Every listener on 127.0.0.1 port 0: only the data path is left to its default.
+    addresses = ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trionsq", "nsqd", "--tcp-address=127.0.0.1:0"],
+        [sys.executable, "-m", "trionsq", "nsqd", *addresses],
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         text=True,
@@ -172,7 +176,7 @@ def test_data_path_defaults_to_the_working_directory(tmp_path):
         assert any("TCP: listening on 127.0.0.1:" in line for line in lines), lines
         # The working directory is the locked data path: a second nsqd there refuses.
         second = subprocess.run(
-            [sys.executable, "-m", "trionsq", "nsqd", "--tcp-address=127.0.0.1:0"],
+            [sys.executable, "-m", "trionsq", "nsqd", *addresses],
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -197,6 +201,8 @@ def test_unusable_tls_certificate_stops_nsqd_with_one_line(flags, tmp_path):
             "trionsq",
             "nsqd",
             "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+            "--https-address=127.0.0.1:0",
             f"--data-path={tmp_path}",
             *flags,
         ],
