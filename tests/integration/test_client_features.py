@@ -14,7 +14,7 @@ import trustme
 
 from tests.integration.test_nsqd_auth import AuthServer
 from tests.nsqd_harness import start_nsqd
-from trionsq.client import Consumer, Message, NSQError, Producer
+from trionsq.client import Consumer, Message, NSQError, Producer, TLSError
 from trionsq.nsqd.nsqd import NSQD
 from trionsq.nsqlookupd.nsqlookupd import NSQLookupd
 from trionsq.nsqlookupd.options import NSQLookupdOptions
@@ -82,7 +82,7 @@ async def test_tls_refuses_an_untrusted_server(nursery: trio.Nursery, tmp_path: 
     server = str(tmp_path / "server.pem")
     other.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(server)
     nsqd = await start_nsqd(nursery, str(tmp_path), tls_cert=server, tls_key=server)
-    with pytest.raises(trio.BrokenResourceError):
+    with pytest.raises(TLSError, match="CERTIFICATE_VERIFY_FAILED"):
         async with Producer(address(nsqd), tls_v1=True):
             pass
 

@@ -4,6 +4,7 @@ exit codes, SIGINT/SIGTERM as a graceful stop) and the once-a-second progress li
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import signal
 import sys
@@ -11,8 +12,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO
 
+import httpx
 import trio
 
+from trionsq.client import ClientError
+from trionsq.goerrors import address_problem
 from trionsq.logs import setup_logging
 from trionsq.options import (
     BOOL,
@@ -171,11 +175,36 @@ def config_options(opts: Sequence[str], producer: bool = False) -> dict[str, Any
 
 
 def check_sources(nsqd_tcp_addresses: Sequence[str], lookupd_http_addresses: Sequence[str]) -> None:
-    """Go's check: exactly one of --nsqd-tcp-address / --lookupd-http-address."""
+    """Go's check: exactly one of --nsqd-tcp-address / --lookupd-http-address; then that
+    each can be dialled or parsed (`check_tcp_addresses`, `check_lookupd_addresses`)."""
     if not nsqd_tcp_addresses and not lookupd_http_addresses:
         raise AppError("--nsqd-tcp-address or --lookupd-http-address required")
     if nsqd_tcp_addresses and lookupd_http_addresses:
         raise AppError("use --nsqd-tcp-address or --lookupd-http-address not both")
+    check_tcp_addresses(nsqd_tcp_addresses)
+    check_lookupd_addresses(lookupd_http_addresses)
+
+
+def check_tcp_addresses(addresses: Sequence[str]) -> None:
+    """An nsqd TCP address without a usable port is go-nsq's dial error, at once
+    (``dial tcp: address foo: missing port in address``)."""
+    for address in addresses:
+        problem = address_problem(address)
+        if problem is not None:
+            raise AppError(f"dial tcp: {problem}")
+
+
+def check_lookupd_addresses(addresses: Sequence[str]) -> None:
+    """A lookupd address that is no URL is go-nsq's parse error, at once
+    (``parse "http://host:abc": invalid port ":abc" after host``)."""
+    for address in addresses:
+        url = address if "://" in address else f"http://{address}"
+        try:
+            httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            _, _, port = url.rpartition(":")
+            reason = f'invalid port ":{port}" after host' if not port.isdigit() else exc
+            raise AppError(f'parse "{url}": {reason}') from None
 
 
 def check_names(topics: Sequence[str], channel: str) -> None:
@@ -244,11 +273,26 @@ def cli(
 
 
 def run_trio_app(run: Callable[[Any], Awaitable[int | None]], options: Any) -> int:
+    """Run the app's trio entry point: its exit code; an `AppError` or a client library error
+    (nsqd unreachable, TLS failed, an E_* error frame: Go's ``log.Fatal(err)``) is one line on
+    stderr and exit 1."""
+
+    async def main() -> int | None:
+        # SIGINT/SIGTERM are caught from the start, as Go's signal.Notify: one that comes
+        # while the app connects waits for its wait_for_signal (a graceful stop), instead of
+        # killing the process.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            token = _STOP_SIGNALS.set(signals)
+            try:
+                return await run(options)
+            finally:
+                _STOP_SIGNALS.reset(token)
+
     try:
-        code = trio.run(run, options)
+        code = trio.run(main)
     except BaseException as exc:
         leaves = _leaves(exc)
-        if leaves and all(isinstance(e, AppError) for e in leaves):
+        if leaves and all(isinstance(e, (AppError, ClientError)) for e in leaves):
             sys.stderr.write(f"{leaves[0]}\n")
             return 1
         if leaves and all(isinstance(e, KeyboardInterrupt) for e in leaves):
@@ -266,8 +310,19 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+#: The SIGINT/SIGTERM receiver `run_trio_app` opens before the app starts.
+_STOP_SIGNALS: contextvars.ContextVar[Any] = contextvars.ContextVar("stop_signals", default=None)
+
+
 async def wait_for_signal(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> int:
-    """Return the first SIGINT/SIGTERM's number (Go's ``signal.Notify(termChan, ...)``)."""
+    """Return the first SIGINT/SIGTERM's number (Go's ``signal.Notify(termChan, ...)``),
+    counting those received since `run_trio_app` started the app."""
+    received = _STOP_SIGNALS.get()
+    if received is not None:
+        task_status.started()
+        async for signum in received:
+            return int(signum)
+        return 0  # pragma: no cover
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
         async for signum in signals:

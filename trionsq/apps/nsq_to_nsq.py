@@ -26,6 +26,7 @@ from .common import (
     Progress,
     check_names,
     check_sources,
+    check_tcp_addresses,
     cli,
     config_options,
     repeatable,
@@ -78,6 +79,7 @@ class ToNSQRelayOptions:
         check_sources(self.nsqd_tcp_addresses, self.lookupd_http_addresses)
         if not self.destination_nsqd_tcp_addresses:
             raise AppError("--destination-nsqd-tcp-address required")
+        check_tcp_addresses(self.destination_nsqd_tcp_addresses)
         self.consumer_options = config_options(self.consumer_opts)
         self.producer_options = config_options(self.producer_opts, producer=True)
 
@@ -301,8 +303,10 @@ async def run(options: ToNSQRelayOptions) -> int:
             producer = Producer(address, **producer_kwargs)
             try:
                 await stack.enter_async_context(producer)
-            except (OSError, ClientError) as exc:
-                raise AppError(f"failed creating producer {address} - {exc}") from None
+            except ClientError as exc:
+                # go-nsq's text (dial tcp ADDR: connect: connection refused); Go's producers
+                # connect at the first publish, so Go would start and fail each message.
+                raise AppError(str(exc)) from None
             producers[address] = producer
         relay = Relay(options, producers, progress)
         for topic in options.topics:

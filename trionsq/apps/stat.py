@@ -10,14 +10,17 @@ prints N rows, then exits.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import httpx
 
+from trionsq.goerrors import http_error
 from trionsq.options import (
     BOOL,
     DURATION,
@@ -170,48 +173,107 @@ class Poller:
         self.http.close()
 
     def producers(self) -> list[str]:
+        """The topic's nsqds (HTTP addresses); Go's ``failed to get topic producers`` error
+        when a lookupd (or nsqd) cannot be queried."""
         topic = self.options.topic
         found: dict[str, None] = {}
+
+        def from_lookupd(lookupd: str) -> None:
+            query = urllib.parse.urlencode({"topic": topic})
+            data = self._get(f"http://{lookupd}/lookup?{query}")
+            for producer in data.get("producers") or []:
+                host = producer["broadcast_address"]
+                host = f"[{host}]" if ":" in host else host
+                found[f"{host}:{producer['http_port']}"] = None
+
+        def from_nsqd(nsqd: str) -> None:
+            query = urllib.parse.urlencode(
+                {"format": "json", "topic": topic, "include_clients": "false"}
+            )
+            data = self._get(f"http://{nsqd}/stats?{query}")
+            if any(t["topic_name"] == topic for t in data.get("topics") or []):
+                found[nsqd] = None
+
         if self.options.lookupd_http_addresses:
-            for lookupd in self.options.lookupd_http_addresses:
-                data = self._get(f"http://{lookupd}/lookup", {"topic": topic})
-                for producer in data.get("producers") or []:
-                    host = producer["broadcast_address"]
-                    host = f"[{host}]" if ":" in host else host
-                    found[f"{host}:{producer['http_port']}"] = None
+            _query_each(
+                "failed to get topic producers",
+                "nsqlookupd",
+                self.options.lookupd_http_addresses,
+                from_lookupd,
+            )
         else:
-            for nsqd in self.options.nsqd_http_addresses:
-                data = self._stats(nsqd)
-                if any(t["topic_name"] == topic for t in data.get("topics") or []):
-                    found[nsqd] = None
+            _query_each(
+                "failed to get topic producers",
+                "nsqd",
+                self.options.nsqd_http_addresses,
+                from_nsqd,
+            )
         return list(found)
 
     def totals(self, producers: Sequence[str]) -> ChannelTotals | None:
+        """The channel's counts summed over `producers`; Go's ``failed to get nsqd stats``
+        error when one cannot be queried."""
         totals: ChannelTotals | None = None
-        for nsqd in producers:
-            for topic in self._stats(nsqd).get("topics") or []:
-                if topic["topic_name"] != self.options.topic:
+        opts = self.options
+
+        def add(nsqd: str) -> None:
+            nonlocal totals
+            query = urllib.parse.urlencode(
+                {
+                    "format": "json",
+                    "topic": opts.topic,
+                    "channel": opts.channel,
+                    "include_clients": "false",
+                }
+            )
+            for topic in self._get(f"http://{nsqd}/stats?{query}").get("topics") or []:
+                if topic["topic_name"] != opts.topic:
                     continue
                 for channel in topic.get("channels") or []:
-                    if channel["channel_name"] == self.options.channel:
+                    if channel["channel_name"] == opts.channel:
                         totals = totals or ChannelTotals()
                         totals.add(channel)
+
+        _query_each("failed to get nsqd stats", "nsqd", producers, add)
         return totals
 
-    def _stats(self, nsqd: str) -> dict[str, Any]:
-        return self._get(
-            f"http://{nsqd}/stats",
-            {"format": "json", "topic": self.options.topic, "include_clients": "false"},
-        )
-
-    def _get(self, url: str, params: dict[str, str]) -> dict[str, Any]:
+    def _get(self, url: str) -> dict[str, Any]:
+        """GET `url`'s JSON; `_GetError` in Go's http client words."""
         try:
-            response = self.http.get(url, params=params)
-            response.raise_for_status()
+            response = self.http.get(url)
+        except httpx.HTTPError as err:
+            raise _GetError(http_error(url, err)) from None
+        if response.status_code != 200:
+            status = f"{response.status_code} {response.reason_phrase}"
+            raise _GetError(f"got response {status} {json.dumps(response.text)}")
+        try:
             data = response.json()
-        except (httpx.HTTPError, ValueError) as err:
-            raise StatError(f"ERROR: failed to get {url} - {err}") from None
+        except ValueError as err:
+            raise _GetError(str(err)) from None
         return data if isinstance(data, dict) else {}
+
+
+class _GetError(Exception):
+    """One failed query, in Go's words."""
+
+
+def _query_each(
+    what: str, kind: str, addresses: Sequence[str], query: Callable[[str], None]
+) -> None:
+    """`query` every address; any failure is nsq_stat's fatal ``ERROR: <what> - ...``, with
+    Go's ``failed to query any <kind>: `` when all of them failed (its errors joined by
+    ``; `` where Go puts a newline, so that it stays one line)."""
+    errors: list[str] = []
+    for address in addresses:
+        try:
+            query(address)
+        except _GetError as err:
+            errors.append(str(err))
+    if errors:
+        text = "; ".join(errors)
+        if len(errors) == len(addresses):
+            text = f"failed to query any {kind}: {text}"
+        raise StatError(f"ERROR: {what} - {text}")
 
 
 def stat_loop(

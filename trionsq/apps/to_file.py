@@ -28,7 +28,7 @@ import httpx
 import trio
 
 from trionsq import __version__
-from trionsq.client import Consumer, Message
+from trionsq.client import ClientError, Consumer, Message
 from trionsq.options import BOOL, DURATION, INT, STRING, Flag, FlagSet
 
 from .common import (
@@ -628,7 +628,11 @@ class TopicDiscoverer:
                 log.error("couldn't create logger for new topic %s: %s", topic, exc)
                 continue
             self.loggers[topic] = logger
-            await nursery.start(logger.run)
+            try:
+                await nursery.start(logger.run)
+            except ClientError as exc:  # nsqd unreachable: Go logs it and goes on
+                del self.loggers[topic]
+                log.error("couldn't create logger for new topic %s: %s", topic, exc)
 
     async def run(self) -> None:
         opts = self.options

@@ -20,6 +20,7 @@ from trionsq.protocol.names import is_valid_topic_name
 from .common import (
     AppError,
     Progress,
+    check_tcp_addresses,
     cli,
     config_options,
     repeatable,
@@ -63,6 +64,7 @@ class ToNSQOptions:
         self.producer_options = config_options(self.producer_opts, producer=True)
         if not self.nsqd_tcp_addresses:
             raise AppError("--nsqd-tcp-address required")
+        check_tcp_addresses(self.nsqd_tcp_addresses)
 
 
 def to_nsq_flagset() -> FlagSet:
@@ -200,8 +202,10 @@ async def run(options: ToNSQOptions, stdin: Any = None) -> int:
             producer = Producer(address, **kwargs)
             try:
                 await stack.enter_async_context(producer)
-            except (OSError, ClientError) as exc:
-                raise AppError(f"failed to connect to {address} - {exc}") from None
+            except ClientError as exc:
+                # go-nsq's text (dial tcp ADDR: connect: connection refused), as Go's to_nsq
+                # prints it when its first publish cannot connect.
+                raise AppError(str(exc)) from None
             producers.append(producer)
         async with trio.open_nursery() as nursery:
 

@@ -5,12 +5,22 @@
   backoff and max_attempts conventions, handlers or ``async for``;
 * `Connection` is one nsqd connection (IDENTIFY, TLS/snappy/deflate, AUTH).
 
-Every background task runs in the nursery that the object's ``async with`` opens.
+Every background task runs in the nursery that the object's ``async with`` opens. Errors are
+`ClientError`s (see `trionsq.client.errors`): `NotConnectedError` (refused, reset, timed out;
+`TLSError` for a failed TLS upgrade), `ProtocolError` (a bad IDENTIFY reply), `NSQError` (an
+``E_*`` error frame) and `ConnectionClosedError`, from ``async with`` as from each call.
 """
 
 from .connection import Connection, Reply
 from .consumer import Consumer
-from .errors import ClientError, ConnectionClosedError, NotConnectedError, NSQError
+from .errors import (
+    ClientError,
+    ConnectionClosedError,
+    NotConnectedError,
+    NSQError,
+    ProtocolError,
+    TLSError,
+)
 from .lookup import lookup_producers, query_lookupds
 from .message import Message
 from .options import ConnectionOptions
@@ -26,7 +36,9 @@ __all__ = [
     "NSQError",
     "NotConnectedError",
     "Producer",
+    "ProtocolError",
     "Reply",
+    "TLSError",
     "lookup_producers",
     "query_lookupds",
 ]

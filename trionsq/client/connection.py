@@ -15,6 +15,7 @@ from typing import Any
 
 import trio
 
+from ..goerrors import address_problem, dial_error, errno_text
 from ..nsqd.transport import DeflateStream, SnappyStream
 from ..protocol import commands
 from ..protocol.frames import (
@@ -25,7 +26,14 @@ from ..protocol.frames import (
     FrameDecodeError,
     FrameDecoder,
 )
-from .errors import ClientError, ConnectionClosedError, NSQError
+from .errors import (
+    ClientError,
+    ConnectionClosedError,
+    NotConnectedError,
+    NSQError,
+    ProtocolError,
+    TLSError,
+)
 from .options import ConnectionOptions
 
 __all__ = ["Connection", "Reply", "open_stream", "parse_address"]
@@ -47,12 +55,14 @@ async def open_stream(host: str, port: int) -> trio.abc.Stream:
 
 
 def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
-    """``"host:port"`` or ``(host, port)`` to ``(host, port)``."""
+    """``"host:port"`` or ``(host, port)`` to ``(host, port)``; ValueError, in Go's words
+    (``address foo: missing port in address``), when there is no usable port."""
     if isinstance(address, tuple):
         return address
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {address!r} is not host:port")
+    problem = address_problem(address)
+    if problem is not None:
+        raise ValueError(problem)
+    host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
 
 
@@ -115,14 +125,16 @@ async def _read_frame(stream: trio.abc.Stream, buf: bytes) -> tuple[int, bytes, 
                 return frame_type, buf[8 : 4 + size], buf[4 + size :]
         data = await stream.receive_some(_RECEIVE_SIZE)
         if not data:
-            raise ConnectionClosedError("connection closed during the handshake")
+            raise EOFError
         buf += bytes(data)
 
 
 class Connection:
     """A connection to one nsqd. Run `run` in a nursery (``await nursery.start(conn.run)``):
-    it returns from `start` once the handshake is done (raising if it failed), and serves
-    until the connection ends, then fails outstanding commands with ConnectionClosedError.
+    it returns from `start` once the handshake is done, and serves until the connection ends,
+    then fails outstanding commands with ConnectionClosedError. A failed handshake raises
+    `NotConnectedError` (refused, reset, EOF, timed out), `TLSError`, `ProtocolError` (a reply
+    outside the protocol) or `NSQError` (an error frame, e.g. ``E_AUTH_FAILED``).
 
     `send` buffers a command without waiting; `request` sends one nsqd answers and waits for
     its response. Commands are written in order.
@@ -159,6 +171,8 @@ class Connection:
         self._leftover = b""
         self._sending = False
         self._cancel: trio.CancelScope | None = None
+        #: The handshake step under way (what a failure names).
+        self._step = "dial"
 
     def __repr__(self) -> str:
         return f"<Connection {self.address}{' closed' if self.closed else ''}>"
@@ -175,8 +189,10 @@ class Connection:
 
     async def _handshake(self) -> None:
         opts = self.options
+        self._step = "dial"
         stream: trio.abc.Stream = await open_stream(self.host, self.port)
         self._stream = stream
+        self._step = "IDENTIFY"
         await stream.send_all(commands.MAGIC_V2 + commands.identify(opts.identify_body()))
         frame_type, data, left = await _read_frame(stream, b"")
         if frame_type == FRAME_TYPE_ERROR:
@@ -184,18 +200,24 @@ class Connection:
         if data == b"OK":  # an nsqd without feature negotiation
             self._leftover = left
             return
-        info: dict[str, Any] = json.loads(data)
-        self.identify_response = info
-        self.max_rdy_count = int(info.get("max_rdy_count", 2500))
+        info = self._identify_reply(data)
         if info.get("tls_v1"):
+            self._step = "TLS"
+            try:
+                context = opts.ssl_context_for_client()
+            except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+                raise TLSError(f"{self.address}: TLS files cannot be used - {err}") from err
             ssl_stream = trio.SSLStream(
-                stream,
-                opts.ssl_context_for_client(),
-                server_hostname=opts.tls_server_hostname or self.host,
+                stream, context, server_hostname=opts.tls_server_hostname or self.host
             )
-            await ssl_stream.do_handshake()
+            try:
+                await ssl_stream.do_handshake()
+            except trio.BrokenResourceError as err:
+                reason = err.__cause__ or "connection lost"
+                raise TLSError(f"{self.address}: TLS handshake failed - {reason}") from err
             stream = ssl_stream
             left = await self._expect_ok(stream, left)
+        self._step = "compression upgrade"
         if info.get("snappy"):
             stream = SnappyStream(_PrefixedStream(stream, left) if left else stream)
             left = await self._expect_ok(stream, b"")
@@ -207,6 +229,7 @@ class Connection:
         if info.get("auth_required"):
             if opts.auth_secret is None:
                 raise ClientError("nsqd requires AUTH and no auth_secret was given")
+            self._step = "AUTH"
             secret = opts.auth_secret
             await stream.send_all(
                 commands.auth(secret.encode() if isinstance(secret, str) else secret)
@@ -214,17 +237,54 @@ class Connection:
             frame_type, data, left = await _read_frame(stream, left)
             if frame_type == FRAME_TYPE_ERROR:
                 raise NSQError.from_frame(data)
-            self.auth_response = json.loads(data)
+            try:
+                self.auth_response = json.loads(data)
+            except ValueError:
+                raise ProtocolError(f"{self.address}: bad AUTH response {data[:100]!r}") from None
         self._leftover = left
 
-    @staticmethod
-    async def _expect_ok(stream: trio.abc.Stream, buf: bytes) -> bytes:
+    def _identify_reply(self, data: bytes) -> dict[str, Any]:
+        """The negotiated features of an IDENTIFY reply; `ProtocolError` if it is not NSQ's
+        JSON object."""
+        try:
+            info = json.loads(data)
+            if not isinstance(info, dict):
+                raise ValueError("not an object")
+            self.max_rdy_count = int(info.get("max_rdy_count", 2500))
+        except (ValueError, TypeError):
+            raise ProtocolError(f"{self.address}: bad IDENTIFY response {data[:100]!r}") from None
+        self.identify_response = info
+        return info
+
+    async def _expect_ok(self, stream: trio.abc.Stream, buf: bytes) -> bytes:
         frame_type, data, left = await _read_frame(stream, buf)
         if frame_type == FRAME_TYPE_ERROR:
             raise NSQError.from_frame(data)
         if data != b"OK":
-            raise ClientError(f"unexpected upgrade response {data[:100]!r}")
+            raise ProtocolError(f"{self.address}: unexpected {self._step} response {data[:100]!r}")
         return left
+
+    def _handshake_error(self, exc: BaseException) -> ClientError | None:
+        """The `ClientError` a failed handshake raises for `exc` (None: `exc` is one already,
+        or is not a connection failure, such as a cancellation)."""
+        if isinstance(exc, trio.TooSlowError):
+            if self._step == "dial":
+                return NotConnectedError(dial_error(self.host, self.port, None))
+            timeout = self.options.connect_timeout
+            return NotConnectedError(
+                f"{self.address}: no answer to {self._step} within {timeout:g} s"
+            )
+        if isinstance(exc, EOFError):
+            return NotConnectedError(f"{self.address}: connection closed during {self._step}")
+        if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError)):
+            if self._step == "dial":
+                return NotConnectedError(dial_error(self.host, self.port, exc))
+            if self._step == "TLS":
+                return TLSError(f"{self.address}: TLS failed - {exc.__cause__ or exc}")
+            return NotConnectedError(
+                f"{self.address}: connection lost during {self._step} - {errno_text(exc)}"
+            )
+        return None
 
     # -- running --------------------------------------------------------------------------
 
@@ -237,9 +297,10 @@ class Connection:
                 await self._handshake()
         except BaseException as exc:
             await self._abort(exc)
-            if isinstance(exc, trio.TooSlowError):
-                raise ConnectionClosedError(f"{self.address}: handshake timed out") from exc
-            raise
+            error = self._handshake_error(exc)
+            if error is None:
+                raise
+            raise error from exc
         task_status.started(self)
         reason: BaseException | None = None
         try:

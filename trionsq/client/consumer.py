@@ -47,6 +47,13 @@ class Consumer:
     `lookupd_poll_interval` (60), `lookupd_poll_jitter` (0.3), `low_rdy_idle_timeout` (10),
     `rdy_redistribute_interval` (5), `reconnect_interval` (15, for nsqd_tcp_addresses),
     `close_timeout` (30, how long close waits for handlers), and any `ConnectionOptions` field.
+
+    ``async with`` connects and subscribes to each of `nsqd_tcp_addresses` first, as go-nsq's
+    ConnectToNSQDs: when one fails it raises `NotConnectedError` (refused, reset, timed out;
+    `TLSError` when the TLS upgrade fails), `ProtocolError` (a reply outside the protocol) or
+    `NSQError` (an error frame, e.g. ``E_UNAUTHORIZED`` for SUB). Later a lost connection to
+    one of them is retried (logged, backing off up to `reconnect_interval`) until `close`;
+    nsqds found through lookupd are connected in the background, a failure logged.
     """
 
     def __init__(
@@ -123,9 +130,17 @@ class Consumer:
     async def __aenter__(self) -> Consumer:
         self._nursery_cm = trio.open_nursery()
         outer = await self._nursery_cm.__aenter__()
-        nursery = self._nursery = await outer.start(self._background)
-        for address in self.nsqd_tcp_addresses:
-            self._start_connection(address, direct=True)
+        try:
+            nursery = self._nursery = await outer.start(self._background)
+            for address in self.nsqd_tcp_addresses:
+                if address not in self._connecting:
+                    self._connecting.add(address)
+                    await nursery.start(self._connection_task, address, True)
+        except BaseException as exc:
+            self._closing = True
+            self._background_scope.cancel()
+            await self._nursery_cm.__aexit__(None, None, None)
+            raise exc from exc.__cause__
         if self.lookupd_http_addresses:
             nursery.start_soon(self._lookupd_loop)
         nursery.start_soon(self._redistribute_loop)
@@ -204,35 +219,63 @@ class Consumer:
         self._connecting.add(address)
         self._nursery.start_soon(self._connection_task, address, direct)
 
-    async def _connection_task(self, address: str, direct: bool) -> None:
+    async def _connection_task(
+        self,
+        address: str,
+        direct: bool,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Connect, SUB and serve `address` until the connection ends; a `direct` one (from
+        nsqd_tcp_addresses) is then retried until `close`. Started with `nursery.start`, the
+        first attempt's failure is raised to the starter (``async with``)."""
         attempt = 0
+        first: trio.TaskStatus[None] | None = task_status
         try:
             while not self._closing:
                 conn = Connection(address, self.options, on_messages=self._on_messages)
                 try:
-                    async with trio.open_nursery() as nursery:
-                        await nursery.start(conn.run)
-                        try:
-                            await conn.request(commands.sub(self.topic, self.channel))
-                        except ClientError:
-                            conn.close()
-                            raise
-                        attempt = 0
-                        self.connections[address] = conn
-                        log.info("connected to %s", address)
-                        self._distribute()
-                except (OSError, ClientError, trio.BrokenResourceError) as exc:
+                    await self._serve_connection(address, conn, first)
+                    first = None
+                    attempt = 0
+                except ClientError as exc:
+                    if first is not None and first is not trio.TASK_STATUS_IGNORED:
+                        raise
+                    first = None
                     log.warning("%s: %s", address, exc)
-                finally:
-                    if self.connections.get(address) is conn:
-                        del self.connections[address]
-                        self._forget(conn)
                 if not direct or self._closing:
                     return
                 attempt += 1
                 await trio.sleep(min(self.reconnect_interval, 0.1 * 2**attempt))
         finally:
             self._connecting.discard(address)
+
+    async def _serve_connection(
+        self, address: str, conn: Connection, task_status: trio.TaskStatus[None] | None
+    ) -> None:
+        """Connect and SUB (raising the `ClientError` if either fails), report started to
+        `task_status`, then serve until the connection ends."""
+        failure: ClientError | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    await nursery.start(conn.run)
+                    await conn.request(commands.sub(self.topic, self.channel))
+                except ClientError as exc:
+                    conn.close()
+                    failure = exc
+                else:
+                    self.connections[address] = conn
+                    log.info("connected to %s", address)
+                    self._distribute()
+                    if task_status is not None:
+                        task_status.started()
+        finally:
+            if self.connections.get(address) is conn:
+                del self.connections[address]
+                self._forget(conn)
+        if failure is not None:
+            raise failure
 
     def _forget(self, conn: Connection) -> None:
         """A connection ended: its messages can no longer be answered; rebalance RDY."""

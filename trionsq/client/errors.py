@@ -1,15 +1,26 @@
-"""The exceptions trionsq.client raises: NSQ error frames as `NSQError` (with the NSQ code),
-and connection trouble as `ConnectionClosedError` / `NotConnectedError`."""
+"""The exceptions trionsq.client raises, all `ClientError`s: NSQ error frames as `NSQError`
+(with the NSQ code), a connection that could not be made as `NotConnectedError` (refused,
+unreachable, reset or closed during the handshake, timed out; `TLSError` when the TLS upgrade
+failed), a reply outside the protocol as `ProtocolError`, and a connection lost with commands
+outstanding as `ConnectionClosedError`."""
 
 from __future__ import annotations
 
 from ..protocol.errors import FATAL
 
-__all__ = ["ClientError", "ConnectionClosedError", "NSQError", "NotConnectedError"]
+__all__ = [
+    "ClientError",
+    "ConnectionClosedError",
+    "NSQError",
+    "NotConnectedError",
+    "ProtocolError",
+    "TLSError",
+]
 
 
 class ClientError(Exception):
-    """Base class of every exception trionsq.client raises."""
+    """Base class of every exception trionsq.client raises (raised itself only when nsqd
+    requires AUTH and no ``auth_secret`` was given)."""
 
 
 class NSQError(ClientError):
@@ -35,4 +46,18 @@ class ConnectionClosedError(ClientError):
 
 
 class NotConnectedError(ClientError):
-    """No connection to nsqd could be made (the cause is chained as ``__cause__``)."""
+    """No connection to nsqd could be made: refused, unreachable, a name that does not resolve
+    (the text is Go's, ``dial tcp 127.0.0.1:4150: connect: connection refused``), reset or
+    closed by nsqd during the handshake, or no answer within ``connect_timeout``. The cause is
+    chained as ``__cause__``."""
+
+
+class TLSError(NotConnectedError):
+    """The TLS upgrade failed: nsqd's certificate is not trusted or the handshake broke, or
+    the client's own TLS files (``tls_cafile``, ``tls_certfile``, ``tls_keyfile``) cannot be
+    used."""
+
+
+class ProtocolError(ClientError):
+    """nsqd (or whatever listens there) answered outside the protocol: an IDENTIFY reply that
+    is not NSQ's JSON, an unexpected answer to a TLS/snappy/deflate upgrade or AUTH."""

@@ -5,9 +5,12 @@ producers."""
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from collections.abc import Iterable
 
 import httpx
+
+from ..goerrors import http_error
 
 __all__ = ["lookup_producers", "lookup_url", "query_lookupds"]
 
@@ -25,11 +28,15 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _lookup_endpoint(lookupd: str, topic: str) -> str:
+    """go-nsq's lookup URL: ``http://host:port/lookup?topic=T``."""
+    return f"{lookup_url(lookupd)}?{urllib.parse.urlencode({'topic': topic})}"
+
+
 async def lookup_producers(client: httpx.AsyncClient, lookupd: str, topic: str) -> set[str]:
     """The nsqd TCP addresses producing `topic` according to one lookupd."""
     response = await client.get(
-        lookup_url(lookupd),
-        params={"topic": topic},
+        _lookup_endpoint(lookupd, topic),
         headers={"Accept": "application/vnd.nsq; version=1.0"},
     )
     if response.status_code == 404:
@@ -49,11 +56,14 @@ async def lookup_producers(client: httpx.AsyncClient, lookupd: str, topic: str) 
 async def query_lookupds(
     client: httpx.AsyncClient, lookupds: Iterable[str], topic: str
 ) -> set[str]:
-    """The union over every lookupd that answers; failures are logged and skipped."""
+    """The union over every lookupd that answers; failures are logged (go-nsq's ``error
+    querying nsqlookupd (URL) - Get "URL": dial tcp ...``) and skipped."""
     found: set[str] = set()
     for lookupd in lookupds:
         try:
             found |= await lookup_producers(client, lookupd, topic)
-        except (httpx.HTTPError, ValueError) as exc:
-            log.warning("lookupd %s: %s", lookupd, exc)
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+            endpoint = _lookup_endpoint(lookupd, topic)
+            reason = http_error(endpoint, exc) if isinstance(exc, httpx.TransportError) else exc
+            log.error("error querying nsqlookupd (%s) - %s", endpoint, reason)
     return found

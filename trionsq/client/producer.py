@@ -15,7 +15,7 @@ import trio
 
 from ..protocol import commands
 from ..protocol.names import is_valid_topic_name
-from .connection import Connection, Reply
+from .connection import Connection, Reply, parse_address
 from .errors import ClientError, ConnectionClosedError, NotConnectedError, NSQError
 from .options import ConnectionOptions
 
@@ -56,16 +56,21 @@ def _check(topic: str, bodies: list[bytes]) -> None:
 
 
 class Producer:
-    """Publish to the nsqd at `address` (``"host:port"``).
+    """Publish to the nsqd at `address` (``"host:port"``; ValueError when it has no port).
 
     ``async with Producer("127.0.0.1:4150") as p: await p.pub("topic", b"body")``.
 
     Options: `max_pipeline` (outstanding commands, 16), `max_batch_count` (messages coalesced
     into one MPUB, 1000), `max_batch_bytes` (4 MiB, under nsqd's --max-body-size),
     `close_timeout` (seconds `close` waits for outstanding commands, 10), and any
-    `ConnectionOptions` field. A failed publish raises `NSQError` (with `.code`),
-    `ConnectionClosedError` when the connection ended with it outstanding (it may or may not
-    have been published), or `NotConnectedError` when nsqd cannot be reached.
+    `ConnectionOptions` field.
+
+    ``async with`` connects first: it raises `NotConnectedError` when nsqd cannot be reached
+    (refused, reset, timed out; `TLSError` when the TLS upgrade fails), `ProtocolError` for a
+    reply outside the protocol, `NSQError` for an error frame (``E_AUTH_FAILED``). A failed
+    publish raises `NSQError` (with `.code`), `ConnectionClosedError` when the connection
+    ended with it outstanding (it may or may not have been published), or the error of the
+    reconnection it waited for (the same classes as ``async with``). All are `ClientError`s.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class Producer:
         close_timeout: float = 10.0,
         **options: Any,
     ) -> None:
+        parse_address(address)  # a ValueError now, not at connect time
         self.address = address
         self.options = ConnectionOptions.pick(options)
         self.max_pipeline = max(1, max_pipeline)
@@ -197,7 +203,11 @@ class Producer:
             if conn is None or conn.closed:
                 try:
                     conn = await self._connect()
-                except (OSError, ClientError, trio.BrokenResourceError) as exc:
+                except ClientError as exc:
+                    self._fail_queued(exc)
+                    continue
+                except (OSError, trio.BrokenResourceError) as exc:  # pragma: no cover
+                    # Connection.run raises ClientErrors; this keeps the promise if not.
                     error = NotConnectedError(f"cannot connect to {self.address}: {exc}")
                     error.__cause__ = exc
                     self._fail_queued(error)

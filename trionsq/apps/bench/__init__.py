@@ -240,7 +240,13 @@ class _Nsqd:
 
         if tls:
             extra = [*extra, *self._certificate(stack)]
-        daemon = DaemonProcess("nsqd", args=[*args.nsqd_arg, *extra], env=pythonpath_env())
+        try:
+            daemon = DaemonProcess("nsqd", args=[*args.nsqd_arg, *extra], env=pythonpath_env())
+        except RuntimeError as exc:  # it exited (or hung) at start-up: say why, in one line
+            lines = str(exc).splitlines()
+            fatal = [line.split(" FATAL: ", 1)[1] for line in lines if " FATAL: " in line]
+            head = lines[0].rstrip(":")
+            raise BenchError(f"{head}: {fatal[-1]}" if fatal else head) from None
         stack.callback(daemon.close)
         self.daemon = daemon
         self.tcp = daemon.tcp_address

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trionsq.goerrors import dial_error
 from trionsq.protocol import FRAME_TYPE_ERROR, FRAME_TYPE_RESPONSE, MAGIC_V2
 
 MB = 1024 * 1024
@@ -132,8 +133,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 def connect(address: tuple[str, int], timeout: float = 10.0) -> socket.socket:
-    """A TCP connection to nsqd with the V2 magic sent; TCP_NODELAY on, like Go's clients."""
-    sock = socket.create_connection(address, timeout=timeout)
+    """A TCP connection to nsqd with the V2 magic sent; TCP_NODELAY on, like Go's clients.
+    `BenchError` (Go's ``dial tcp ...`` text) when it cannot connect."""
+    try:
+        sock = socket.create_connection(address, timeout=timeout)
+    except OSError as exc:
+        raise BenchError(dial_error(address[0], address[1], exc)) from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.sendall(MAGIC_V2)
     return sock
@@ -197,7 +202,9 @@ def _worker_main(
 ) -> None:
     try:
         result = target(index, args, ready, go)
-    except BaseException as exc:  # reported to the parent, which raises it
+    except BenchError as exc:  # reported to the parent, which raises it
+        out.put((index, "error", str(exc)))
+    except BaseException as exc:
         out.put((index, "error", f"{type(exc).__name__}: {exc}"))
     else:
         out.put((index, "ok", result))

@@ -14,6 +14,7 @@ import socket
 import time
 from dataclasses import dataclass
 
+from trionsq.goerrors import dial_error
 from trionsq.protocol import MAGIC_V2
 
 from .common import BenchError, rss_bytes
@@ -95,7 +96,8 @@ def open_idle(address: tuple[str, int], conns: int) -> list[socket.socket]:
             sock.sendall(MAGIC_V2)
     except OSError as exc:
         close_all(socks)
-        raise BenchError(f"connection {len(socks) + 1}: {exc}") from None
+        reason = dial_error(address[0], address[1], exc)
+        raise BenchError(f"connection {len(socks) + 1}: {reason}") from None
     return socks
 
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trionsq.goerrors import dial_error
 from trionsq.protocol import MAGIC_V2
 
 from .common import BenchError, rss_bytes
@@ -100,7 +101,8 @@ def _open(address: tuple[str, int], n: int, first: bytes) -> list[socket.socket]
     except OSError as err:
         for s in socks:
             s.close()
-        raise BenchError(f"connection {len(socks) + 1} of {n}: {err}") from err
+        reason = dial_error(address[0], address[1], err)
+        raise BenchError(f"connection {len(socks) + 1} of {n}: {reason}") from err
     return socks
 
 
