@@ -2,6 +2,10 @@
 responses and errors, Go's query-string parsing, request-body handling as Go's net/http does it,
 the route decorator, and serving a quart-trio app with hypercorn inside a Trio nursery.
 
+Access lines are Go's ``http_api.Log`` decorator's, ``200 GET /ping (127.0.0.1:54321) 1.47µs``
+(status, method, request URI, client address, the handler's time as Go's Duration prints it),
+for the routes Go logs (`v1_route`'s ``access_log``, `access_logged`) and for 404, 405 and 500.
+
 Responses follow Go's ``RespondV1``: every answer but ``/ping``'s carries
 ``X-NSQ-Content-Type: nsq; version=1.0``; a string answers as text, ``None`` as an empty body, a
 value as JSON, an error as ``{"message": "<TEXT>"}`` with its status. Unknown paths answer
@@ -11,10 +15,12 @@ httprouter's ``Allow`` header), an exception 500 ``INTERNAL_ERROR``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote_plus
@@ -25,12 +31,15 @@ from hypercorn.trio import serve
 from quart import Response, g, request
 from quart_trio import QuartTrio
 
+from .options.goparse import format_duration
+
 __all__ = [
     "JSON_CONTENT_TYPE",
     "MAX_DISCARD",
     "NSQ_CONTENT_TYPE",
     "HTTPError",
     "Handler",
+    "access_logged",
     "content_length",
     "discard_body",
     "first",
@@ -54,10 +63,12 @@ TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 class HTTPError(Exception):
     """An answer other than 200: the status and NSQ's message text."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, detail: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        #: Go's error behind it, for a log line (e.g. url.ParseQuery's).
+        self.detail = detail
 
 
 # -- responses ------------------------------------------------------------------------------
@@ -109,8 +120,12 @@ def parse_query(raw: bytes) -> dict[str, list[str]]:
     for part in raw.split(b"&"):
         if not part:
             continue
-        if b";" in part or _BAD_ESCAPE.search(part):
-            raise HTTPError(400, "INVALID_REQUEST")
+        if b";" in part:
+            raise HTTPError(400, "INVALID_REQUEST", "invalid semicolon separator in query")
+        bad = _BAD_ESCAPE.search(part)
+        if bad:
+            escape = part[bad.start() : bad.start() + 3].decode("latin-1")
+            raise HTTPError(400, "INVALID_REQUEST", f"invalid URL escape {json.dumps(escape)}")
         key, _, value = part.partition(b"=")
         name = unquote_plus(key.decode("latin-1"), encoding="utf-8", errors="replace")
         params.setdefault(name, []).append(
@@ -203,47 +218,112 @@ def content_length() -> int:
 Handler = Callable[..., Awaitable[Any]]
 
 
+# -- access lines ---------------------------------------------------------------------------
+
+
+def log_access(log: logging.Logger, status: int, started_ns: int) -> None:
+    """Go's access line for the current request, begun at `started_ns`
+    (`time.perf_counter_ns`): formatted only when INFO is enabled."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    elapsed = time.perf_counter_ns() - started_ns
+    scope = request.scope
+    uri = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    query_string = scope.get("query_string")
+    if query_string:
+        uri += "?" + query_string.decode("latin-1")
+    client = scope.get("client")
+    if client:
+        host, port = client[0], client[1]
+        remote = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    else:
+        remote = ""
+    log.info("%d %s %s (%s) %s", status, request.method, uri, remote, format_duration(elapsed))
+
+
+def access_logged(log: logging.Logger) -> Callable[[Handler], Handler]:
+    """Log Go's access line for each request a (non-V1) handler answers."""
+
+    def decorate(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def logged(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter_ns()
+            response = await handler(*args, **kwargs)
+            log_access(log, getattr(response, "status_code", 200), started)
+            return response
+
+        return logged
+
+    return decorate
+
+
+def _app_log(app: QuartTrio) -> logging.Logger:
+    log: logging.Logger = app.extensions["nsq_log"]
+    return log
+
+
 def new_app(name: str, log: logging.Logger) -> QuartTrio:
-    """A quart-trio app with Go's 404/405/500 answers and its body handling; errors are
-    logged on `log`."""
+    """A quart-trio app with Go's 404/405/500 answers and its body handling; errors and
+    access lines are logged on `log`."""
     # No Quart static route: it would answer /static/<file> from the package's folder before
     # nsqadmin's own route (which honours --dev-static-dir and Go's plain-text 404).
     app = QuartTrio(name, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = None  # limits are the daemon's, checked per route
+    app.extensions["nsq_log"] = log
     app.after_request(discard_body)
 
+    # Go's router answers these itself, each logged by its Log decorator.
     @app.errorhandler(404)
     async def not_found(_: Exception) -> Response:
-        return respond("NOT_FOUND", 404)
+        started = time.perf_counter_ns()
+        response = respond("NOT_FOUND", 404)
+        log_access(log, 404, started)
+        return response
 
     @app.errorhandler(405)
     async def method_not_allowed(err: Exception) -> Response:
+        started = time.perf_counter_ns()
         response = respond("METHOD_NOT_ALLOWED", 405)
         valid = getattr(err, "valid_methods", None)
         if valid:
             # httprouter's Allow: the path's methods (no implicit HEAD) and OPTIONS, sorted.
             allowed = (set(valid) - {"HEAD"}) | {"OPTIONS"}
             response.headers["Allow"] = ", ".join(sorted(allowed))
+        log_access(log, 405, started)
         return response
 
     @app.errorhandler(Exception)
     async def internal_error(err: Exception) -> Response:
-        log.exception("HTTP: internal error - %s", err)
+        # Go's PanicHandler: its line, then a logged 500 (with the traceback, for us).
+        started = time.perf_counter_ns()
+        log.error("panic in HTTP handler - %s", err, exc_info=err)
+        log_access(log, 500, started)
         return respond("INTERNAL_ERROR", 500)
 
     return app
 
 
-def v1_route(app: QuartTrio, path: str, methods: list[str]) -> Callable[[Handler], Handler]:
+def v1_route(
+    app: QuartTrio, path: str, methods: list[str], *, access_log: bool = True
+) -> Callable[[Handler], Handler]:
     """Register a handler under Go's V1 decorator: its return value goes through `respond`,
-    an `HTTPError` it raises answers with that status and message."""
+    an `HTTPError` it raises answers with that status and message. With `access_log` (Go's
+    Log decorator: every route but nsqd's /pub and /mpub), each request logs its access
+    line."""
+    log = _app_log(app) if access_log else None
 
     def register(handler: Handler) -> Handler:
         async def endpoint(**kwargs: Any) -> Response:
+            started = time.perf_counter_ns() if log is not None else 0
             try:
-                return respond(await handler(**kwargs))
+                data = await handler(**kwargs)
             except HTTPError as err:
+                if log is not None:
+                    log_access(log, err.status, started)
                 return respond(err.message, err.status)
+            if log is not None:  # Go's Log decorator times the handler, not the encoding
+                log_access(log, 200, started)
+            return respond(data)
 
         endpoint.__name__ = handler.__name__
         app.add_url_rule(path, view_func=endpoint, methods=methods)

@@ -2,13 +2,11 @@
 
 Go prints ``nsqd v1.3.0 (built w/go1.19.8)``, and the test harnesses of NSQ client libraries
 parse it as ``NAME vX.Y.Z (built w/TOKEN)`` with TOKEN matching ``[a-z0-9.-]+``: the token must
-stay one word of those characters. Python's version goes in the start-up log line instead.
+stay one word of those characters. The start-up log line is the same string, as Go's is.
 Go's bundled apps (nsq_tail, ...) print the shorter ``nsq_tail v1.3.0``, and so do trionsq's.
 """
 
 from __future__ import annotations
-
-import platform
 
 from . import NSQ_VERSION, __version__
 
@@ -29,5 +27,5 @@ def app_version_string(app: str) -> str:
 
 
 def build_description(app: str) -> str:
-    """The start-up log line: the version string and the Python that runs it."""
-    return f"{version_string(app)} python {platform.python_version()}"
+    """The start-up log line: Go logs ``version.String(app)``, the `version_string`."""
+    return version_string(app)

@@ -138,7 +138,9 @@ def test_write_file_far_ahead_of_read_file_is_not_walked(
         assert q.depth == 4  # counted, as segments are missing between read and write
         assert _drain(q) == frames
     assert fs.opens < 10
-    assert len(caplog.records) <= 3, [r.getMessage() for r in caplog.records]
+    # (besides go-diskqueue's one "readOne() opened" line per segment read)
+    lines = [r.getMessage() for r in caplog.records if "() opened " not in r.getMessage()]
+    assert len(lines) <= 3, lines
     assert "segments missing between read file 0 and write file 100000000" in caplog.text
     q.put(_frame(7))
     assert (tmp_path / f"{NAME}.diskqueue.100000000.dat").exists()

@@ -147,8 +147,10 @@ class DeferredLog:
         size: int = 0,
         *,
         delay_drops: bool = False,
+        logger: logging.Logger | None = None,
     ) -> None:
         self._fs = fs
+        self._logger = logger if logger is not None else log
         self.path = path
         #: Message ID -> (due, frame) of every message held.
         self.held: dict[bytes, Held] = held if held is not None else {}
@@ -216,7 +218,7 @@ class DeferredLog:
             self._append(b"".join(_record(DROP, 0, message_id) for message_id in gone))
         except OSError as err:
             # Held in the file still: a crash would defer them again (at least once).
-            log.error("DISKQUEUE failed to write to %s - %s", self.path, err)
+            self._logger.error("DISKQUEUE failed to write to %s - %s", self.path, err)
 
     def clear(self) -> None:
         """Hold nothing (the queue was emptied, or its deferred messages were written to it at
@@ -233,7 +235,7 @@ class DeferredLog:
                 if self._rename_pending:
                     self._append(_record(MARK, 0, _NO_ID))
             except OSError as err:
-                log.error("DISKQUEUE failed to empty %s - %s", self.path, err)
+                self._logger.error("DISKQUEUE failed to empty %s - %s", self.path, err)
             self.dirty = True
 
     def remove(self) -> None:
@@ -358,12 +360,12 @@ class DeferredLog:
         except OSError as err:
             # The old log is whole: keep appending to it, and try again at a later sync (the
             # partial .new has no MARK: recovery removes it).
-            log.error("DISKQUEUE failed to compact %s - %s", self.path, err)
+            self._logger.error("DISKQUEUE failed to compact %s - %s", self.path, err)
             self._retire()
             self._rename_pending = False
             self._size = old_size
             return
-        log.info(
+        self._logger.info(
             "DISKQUEUE compacted %s: %d messages held in %d bytes (was %d)",
             self.path,
             len(entries),

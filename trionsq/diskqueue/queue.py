@@ -130,10 +130,14 @@ class DiskQueue:
         fs: FileSystem = LOCAL,
         recovered: Recovered | None = None,
         delay_deferred_drops: bool = False,
+        logger: logging.Logger | None = None,
     ) -> None:
         """`recovered`: the state `recover` found on disk for this queue (run beforehand in a
         worker thread); without it the queue recovers itself, blocking. `delay_deferred_drops`:
-        see deferred.py (--sync-ack)."""
+        see deferred.py (--sync-ack). `logger`: where its lines go (go-diskqueue's logf; nsqd
+        passes its own), else ``trionsq.diskqueue``."""
+        #: The queue's log (go-diskqueue's lines: ``DISKQUEUE(name): ...``).
+        self.logger = logger if logger is not None else log
         self.name = name
         self.data_path = data_path
         self.max_bytes_per_file = max_bytes_per_file
@@ -208,7 +212,7 @@ class DiskQueue:
     # -- opening --------------------------------------------------------------------------
 
     def _apply(self, recovered: Recovered) -> None:
-        log_recovery(self.name, recovered)
+        log_recovery(self.name, recovered, self.logger)
         meta = recovered.meta
         self.depth = max(meta.depth, 0)
         self.depth_bytes = recovered.queued_bytes
@@ -226,6 +230,7 @@ class DiskQueue:
                 recovered.held,
                 recovered.log_size,
                 delay_drops=self._delay_drops,
+                logger=self.logger,
             )
             self._held = self._log.held
 
@@ -338,6 +343,7 @@ class DiskQueue:
             raise
         self._wfd = fd
         self._new_files |= fresh
+        self.logger.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
         return fd
 
     def _roll(self) -> None:
@@ -370,6 +376,7 @@ class DiskQueue:
                 self._fs,
                 deferred_log_name(self.data_path, self.name),
                 delay_drops=self._delay_drops,
+                logger=self.logger,
             )
             self._held = log.held
         log.hold(entries)
@@ -466,7 +473,7 @@ class DiskQueue:
         if at_tail:
             self.depth_bytes = 0
         if self.depth and at_tail:
-            log.error(
+            self.logger.error(
                 "DISKQUEUE(%s) depth %d at tail, metadata corruption or data loss, resetting 0",
                 self.name,
                 self.depth,
@@ -684,6 +691,7 @@ class DiskQueue:
                 raise
         self._rfd = fd
         self._reset_read_buffer()
+        self.logger.info("DISKQUEUE(%s): readOne() opened %s", self.name, path)
         return True
 
     def _reset_read_buffer(self) -> None:
@@ -720,7 +728,7 @@ class DiskQueue:
             after = self._write_file
         else:
             after = self._next_segment_after(missing)
-        log.error(
+        self.logger.error(
             "DISKQUEUE(%s) segment %s missing, reading on at %06d",
             self.name,
             f"{missing:06d}" if after == missing + 1 else f"{missing:06d}..{after - 1:06d}",
@@ -749,7 +757,7 @@ class DiskQueue:
         """The disk refused a read: say so once (until reading works again); the caller
         stops, and a later `take` tries again from where the reader stands."""
         if self.read_error is None:
-            log.error(
+            self.logger.error(
                 "DISKQUEUE(%s) failed to read at %d of %s - %s; retrying",
                 self.name,
                 self._read_pos,
@@ -761,24 +769,32 @@ class DiskQueue:
         self._close_read_file()
 
     def _read_recovered(self) -> None:
-        log.warning("DISKQUEUE(%s) reading again after a failed read", self.name)
+        self.logger.warning("DISKQUEUE(%s) reading again after a failed read", self.name)
         self.read_error = None
 
     def _skip_bad_read_file(self, why: str) -> None:
         """go-diskqueue's recovery: rename the segment ``.bad`` and go on with the next."""
         path = data_file_name(self.data_path, self.name, self._read_file)
-        log.error("DISKQUEUE(%s) reading at %d of %s - %s", self.name, self._read_pos, path, why)
+        self.logger.error(
+            "DISKQUEUE(%s) reading at %d of %s - %s", self.name, self._read_pos, path, why
+        )
         if self._read_file == self._write_file:
             self._retire_write_file()
             self._write_file += 1
             self._write_pos = 0
-        log.warning(
+        self.logger.warning(
             "DISKQUEUE(%s) jump to next file and saving bad file as %s.bad", self.name, path
         )
         try:
             self._fs.rename(path, path + ".bad")
         except OSError as err:
-            log.error("DISKQUEUE(%s) failed to rename bad file %s - %s", self.name, path, err)
+            self.logger.error(
+                "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s - %s",
+                self.name,
+                path,
+                path + ".bad",
+                err,
+            )
         self._close_read_file()
         self._read_file += 1
         self._read_pos = 0
@@ -861,12 +877,16 @@ class DiskQueue:
 
     def empty(self) -> None:
         """Drop every message: delete the segments and the metadata file; numbering goes on."""
+        self.logger.info("DISKQUEUE(%s): emptying", self.name)
+        self._empty()
+
+    def _empty(self) -> None:
         self._close_read_file()
         self._retire_write_file()
         for path in self._finished_segments(self._write_file + 1) + self._undeleted:
-            _remove(self._fs, path)
+            _remove(self._fs, path, self.logger)
         self._undeleted = []
-        _remove(self._fs, metadata_file_name(self.data_path, self.name))
+        _remove(self._fs, metadata_file_name(self.data_path, self.name), self.logger)
         self._write_file += 1
         self._write_pos = 0
         self._read_file, self._read_pos = self._write_file, 0
@@ -880,21 +900,27 @@ class DiskQueue:
         self._request_sync()
 
     def delete(self) -> None:
-        """The topic or channel is deleted: remove its files; the next sync closes them."""
+        """The topic or channel is deleted: remove its files; the next sync closes them.
+        (Its lines are go-diskqueue's; nsqd empties a queue before it deletes it, as Go's.)"""
         self.closed = self.deleted = True  # first: a running sync job checks it last
-        self.empty()
-        _remove(self._fs, deferred_file_name(self.data_path, self.name))
+        self.logger.info("DISKQUEUE(%s): deleting", self.name)
+        self._empty()
+        _remove(self._fs, deferred_file_name(self.data_path, self.name), self.logger)
         self._deferred_file_exists = False
         if self._log is not None:
             self._log.remove()
         if self._syncer is None:
             self.sync_now(final=True)
+        self.logger.info("DISKQUEUE(%s): closing ... ioLoop", self.name)
 
     def close(self) -> None:
-        """No more writes (shutdown); the final sync (`DiskSyncer.close`) makes it durable."""
+        """No more writes (shutdown); the final sync (`DiskSyncer.close`) makes it durable.
+        (Its lines are go-diskqueue's, whose Close ends its ioLoop goroutine.)"""
         self.closed = True
+        self.logger.info("DISKQUEUE(%s): closing", self.name)
         if self._syncer is None:
             self.sync_now(final=True)
+        self.logger.info("DISKQUEUE(%s): closing ... ioLoop", self.name)
 
     # -- syncing --------------------------------------------------------------------------
 
@@ -995,21 +1021,23 @@ class DiskQueue:
             drop_deferred = True
             self._deferred_file_exists = False
 
+        logger = self.logger
+
         def persist() -> None:
             write_file_atomically(fs, meta_path, meta)
             for path in finished:
-                if _remove(fs, path):
+                if _remove(fs, path, logger):
                     left.remove(path)
             if deferred is not None:
                 write_file_atomically(fs, deferred_path, deferred)
             elif drop_deferred:
-                _remove(fs, deferred_path)
+                _remove(fs, deferred_path, logger)
             log_finish()
             if self.deleted:
                 # delete() ran in the event loop while this job ran in its thread: what the job
                 # wrote must not outlive the queue (a queue of the same name would read it).
-                _remove(fs, meta_path)
-                _remove(fs, deferred_path)
+                _remove(fs, meta_path, logger)
+                _remove(fs, deferred_path, logger)
 
         return SyncJob(fsync, persist)
 
@@ -1048,7 +1076,7 @@ def _close_all(fs: FileSystem, fds: list[int]) -> None:
             pass
 
 
-def _remove(fs: FileSystem, path: str) -> bool:
+def _remove(fs: FileSystem, path: str, logger: logging.Logger = log) -> bool:
     """Remove a file if it is there; False (and logged) if it could not be removed."""
     try:
         fs.remove(path)
@@ -1056,7 +1084,7 @@ def _remove(fs: FileSystem, path: str) -> bool:
         pass
     except OSError as err:
         if err.errno != errno.ENOENT:
-            log.error("DISKQUEUE failed to remove %s - %s", path, err)
+            logger.error("DISKQUEUE failed to remove %s - %s", path, err)
             return False
     return True
 

@@ -145,11 +145,11 @@ def recover(
     return recovered
 
 
-def log_recovery(name: str, recovered: Recovered) -> None:
+def log_recovery(name: str, recovered: Recovered, logger: logging.Logger = log) -> None:
     """The one line that says what recovery of queue `name` corrected (none if nothing)."""
     if recovered.notes:
         level = logging.ERROR if recovered.corrupt else logging.WARNING
-        log.log(level, "DISKQUEUE(%s) recovery: %s", name, "; ".join(recovered.notes))
+        logger.log(level, "DISKQUEUE(%s) recovery: %s", name, "; ".join(recovered.notes))
 
 
 def _span(segments: list[int]) -> str:

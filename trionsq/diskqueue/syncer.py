@@ -159,7 +159,7 @@ class DiskSyncer:
             for (queue, _), error in zip(jobs, errors, strict=True):
                 if error is not None:
                     failed = True
-                    log.error("DISKQUEUE(%s) failed to sync - %s", queue.name, error)
+                    queue.logger.error("DISKQUEUE(%s) failed to sync - %s", queue.name, error)
                     queue.sync_failed()
                 else:
                     queue.sync_succeeded()

@@ -32,6 +32,8 @@ class TotalFailure(Exception):
         text = "\n".join(e.go_text for e in errors)
         super().__init__(f"failed to query any {kind}: {text}")
         self.errors = list(errors)
+        #: The step that failed, in Go's handlers' words (``failed to get topics``).
+        self.what = ""
 
 
 class Report:
@@ -106,7 +108,8 @@ class ClusterInfo:
     async def _lookupd_get(self, path: str, report: Report) -> list[tuple[str, Any]]:
         """GET `path` on every lookupd: the ``(address, JSON)`` of those that answered."""
         addresses = self.lookupd_addresses
-        results = await gather([partial(self.client.get_json, a, path) for a in addresses])
+        get = partial(self.client.get_json, ci="nsqlookupd")
+        results = await gather([partial(get, a, path) for a in addresses])
         answered = [
             (a, r)
             for a, r in zip(addresses, results, strict=True)
@@ -148,7 +151,8 @@ class ClusterInfo:
     ) -> list[tuple[str, Json]]:
         """``/stats?format=json&include_clients=false`` of each nsqd that answered."""
         path = "/stats?format=json&include_clients=false"
-        results = await gather([partial(self.client.get_json, a, path) for a in addresses])
+        get = partial(self.client.get_json, ci="nsqd")
+        results = await gather([partial(get, a, path) for a in addresses])
         _, failed = _split(results)
         if addresses and len(failed) == len(addresses):
             raise TotalFailure("nsqd", failed)
@@ -170,16 +174,16 @@ class ClusterInfo:
     async def _nsqd_producer(self, address: str, topic: str | None) -> Json | None:
         """Go's per-address step of GetNSQDProducers (`topic` None) or GetNSQDTopicProducers:
         ``/stats`` then ``/info``; None when the nsqd does not have `topic`."""
+        get = partial(self.client.get_json, ci="nsqd")
         if topic is None:
-            info = await self.client.get_json(address, "/info")
-            stats = await self.client.get_json(address, "/stats?format=json&include_clients=false")
+            info = await get(address, "/info")
+            stats = await get(address, "/stats?format=json&include_clients=false")
         else:
-            stats = await self.client.get_json(
-                address, f"/stats?format=json&{_qs(topic=topic)}&include_clients=false"
-            )
+            path = f"/stats?format=json&{_qs(topic=topic)}&include_clients=false"
+            stats = await get(address, path)
             if not any(t.get("topic_name") == topic for t in _objects(stats, "topics")):
                 return None
-            info = await self.client.get_json(address, "/info")
+            info = await get(address, "/info")
         names = [str(t.get("topic_name", "")) for t in _objects(stats, "topics")]
         return aggregate.nsqd_producer(address, info if isinstance(info, dict) else {}, names)
 
@@ -245,7 +249,8 @@ class ClusterInfo:
         if not include_clients:
             path += "&include_clients=false"
         addresses = [aggregate.producer_http_address(p) for p in producers]
-        results = await gather([partial(self.client.get_json, a, path) for a in addresses])
+        get = partial(self.client.get_json, ci="nsqd")
+        results = await gather([partial(get, a, path) for a in addresses])
         _, failed = _split(results)
         if producers and len(failed) == len(producers):
             raise TotalFailure("nsqd", failed)
@@ -266,7 +271,8 @@ class ClusterInfo:
         failures are the page's to show per node, not banner errors."""
         addresses = [aggregate.producer_http_address(p) for p in producers]
         path = f"/channel/peek?{_qs(topic=topic, channel=channel, n=n)}"
-        results = await gather([partial(self.client.get_json, a, path) for a in addresses])
+        get = partial(self.client.get_json, ci="nsqd")
+        results = await gather([partial(get, a, path) for a in addresses])
         nodes: list[Json] = []
         for address, result in zip(addresses, results, strict=True):
             if isinstance(result, UpstreamError):
@@ -283,7 +289,9 @@ class ClusterInfo:
         targets = [p for p in producers if not p.get("unreachable")]
         results = await gather(
             [
-                partial(self.client.get_text, aggregate.producer_http_address(p), "/ping")
+                partial(
+                    self.client.get_text, aggregate.producer_http_address(p), "/ping", ci="nsqd"
+                )
                 for p in targets
             ]
         )
@@ -296,20 +304,21 @@ class ClusterInfo:
 
     # -- actions --------------------------------------------------------------------------
 
-    async def _post_all(self, addresses: Iterable[str], path: str, report: Report) -> None:
-        """POST to each address; failures are partial (Go's nsqlookupdPOST/producersPOST)."""
+    async def _post_all(self, addresses: Iterable[str], path: str, report: Report, ci: str) -> None:
+        """POST to each address (`ci`: ``nsqlookupd`` or ``nsqd``); failures are partial (Go's
+        nsqlookupdPOST/producersPOST)."""
         addresses = list(addresses)
-        results = await gather([partial(self.client.post, a, path) for a in addresses])
+        results = await gather([partial(self.client.post, a, path, ci=ci) for a in addresses])
         report.add(_split(results)[1])
 
     async def lookupds_post(self, uri: str, query: str, report: Report) -> None:
-        await self._post_all(self.lookupd_addresses, f"/{uri}?{query}", report)
+        await self._post_all(self.lookupd_addresses, f"/{uri}?{query}", report, "nsqlookupd")
 
     async def producers_post(
         self, producers: Sequence[Json], uri: str, query: str, report: Report
     ) -> None:
         addresses = [aggregate.producer_http_address(p) for p in producers]
-        await self._post_all(addresses, f"/{uri}?{query}", report)
+        await self._post_all(addresses, f"/{uri}?{query}", report, "nsqd")
 
     async def tombstone_node_for_topic(self, topic: str, node: str, report: Report) -> None:
         """Tombstone `node` for `topic` in every lookupd, then delete the topic on it."""

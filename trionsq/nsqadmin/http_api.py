@@ -8,12 +8,13 @@ carry the ``errors`` list (docs/nsqadmin.md, extension (a)), as do the 502 answe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import posixpath
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -27,6 +28,7 @@ from ..http_common import (
     JSON_CONTENT_TYPE,
     NSQ_CONTENT_TYPE,
     HTTPError,
+    access_logged,
     config_address_list,
     config_log_level,
     first,
@@ -203,6 +205,17 @@ def _json_response(status: int, payload: Json) -> Response:
     )
 
 
+@contextlib.contextmanager
+def failing(what: str) -> Iterator[None]:
+    """Name the step in Go's words should every upstream fail (`TotalFailure`): Go's
+    handlers log ``<what> - <error>`` at ERROR."""
+    try:
+        yield
+    except TotalFailure as failure:
+        failure.what = failure.what or what
+        raise
+
+
 def _join(base: str, path: str) -> str:
     """Go's path.Join(basePath, p)."""
     return posixpath.normpath(f"{base}/{path}").replace("//", "/")
@@ -249,6 +262,7 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
         wrapper adds ``message`` and ``errors``."""
 
         def register(handler: ApiHandler) -> ApiHandler:
+            @access_logged(log)
             async def endpoint(**kwargs: Any) -> Response:
                 report = Report()
                 try:
@@ -256,7 +270,10 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
                 except HTTPError as err:
                     return respond(err.message, err.status)
                 except TotalFailure as failure:
-                    log.error("%s", failure)
+                    if failure.what:
+                        log.error("%s - %s", failure.what, failure)
+                    else:
+                        log.error("%s", failure)
                     errors = Report()
                     errors.errors = [*report.errors, *failure.errors]
                     return _json_response(
@@ -278,6 +295,7 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
 
     # -- pages and files ------------------------------------------------------------------
 
+    @access_logged(log)
     async def index(**_: str) -> Response:
         o = admin.options
         path = find_static(admin.static_dir, "index.html")
@@ -306,6 +324,7 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
     if base != "/":
         app.add_url_rule(base + "/", "page:base/", index, methods=["GET"])
 
+    @access_logged(log)
     async def static_asset(asset: str) -> Response:
         found = find_static(admin.static_dir, asset)
         if found is None and request.path.startswith(bp("/fonts/")):
@@ -319,6 +338,7 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
     app.add_url_rule(bp("/fonts/<path:asset>"), "font_asset", static_asset, methods=["GET"])
 
     @app.route(bp("/ping"), methods=["GET"])
+    @access_logged(log)
     async def ping() -> Response:
         return plain_text("OK")
 
@@ -333,10 +353,11 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
             raise HTTPError(400, go_query_error(request.query_string)) from None
         cluster = admin.cluster
         nsqd_answers: list[tuple[str, Json]] | None = None
-        if cluster.lookupd_addresses:
-            names = await cluster.lookupd_topics(report)
-        else:
-            names, nsqd_answers = await cluster.nsqd_topics(report)
+        with failing("failed to get topics"):
+            if cluster.lookupd_addresses:
+                names = await cluster.lookupd_topics(report)
+            else:
+                names, nsqd_answers = await cluster.nsqd_topics(report)
         if first(params, "inactive") == "true":
             inactive: dict[str, list[str]] = {}
             if cluster.lookupd_addresses:
@@ -355,18 +376,22 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
 
     @api("/api/topics/<topic>", ["GET"])
     async def topic(report: Report, topic: str) -> Json:
-        producers = await admin.cluster.topic_producers(topic, report)
-        per_node, _ = await admin.cluster.nsqd_stats(
-            producers, report, topic=topic, include_clients=False
-        )
+        with failing("failed to get topic producers"):
+            producers = await admin.cluster.topic_producers(topic, report)
+        with failing("failed to get topic metadata"):
+            per_node, _ = await admin.cluster.nsqd_stats(
+                producers, report, topic=topic, include_clients=False
+            )
         return aggregate.aggregate_topic(topic, per_node)
 
     @api("/api/topics/<topic>/<channel>", ["GET"])
     async def channel(report: Report, topic: str, channel: str) -> Json:
-        producers = await admin.cluster.topic_producers(topic, report)
-        _, channels = await admin.cluster.nsqd_stats(
-            producers, report, topic=topic, channel=channel, include_clients=True
-        )
+        with failing("failed to get topic producers"):
+            producers = await admin.cluster.topic_producers(topic, report)
+        with failing("failed to get channel metadata"):
+            _, channels = await admin.cluster.nsqd_stats(
+                producers, report, topic=topic, channel=channel, include_clients=True
+            )
         stats = channels.get(channel) or aggregate.aggregate_channel(topic, channel, [])
         aggregate.sort_clients_by_node_topology(stats["clients"])
         return stats
@@ -384,17 +409,20 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
 
     @api("/api/nodes", ["GET"])
     async def nodes(report: Report) -> Json:
-        producers = await admin.cluster.producers(report, keep_unreachable=True)
+        with failing("failed to get nodes"):
+            producers = await admin.cluster.producers(report, keep_unreachable=True)
         await admin.cluster.probe(producers, report)
         return {"nodes": producers}
 
     @api("/api/nodes/<node>", ["GET"])
     async def node(report: Report, node: str) -> Json:
-        producers = await admin.cluster.producers(report, keep_unreachable=True)
+        with failing("failed to get producers"):
+            producers = await admin.cluster.producers(report, keep_unreachable=True)
         producer = next((p for p in producers if aggregate.producer_http_address(p) == node), None)
         if producer is None:
             raise HTTPError(404, "NODE_NOT_FOUND")
-        per_node, _ = await admin.cluster.nsqd_stats([producer], report, include_clients=True)
+        with failing("failed to get nsqd stats"):
+            per_node, _ = await admin.cluster.nsqd_stats([producer], report, include_clients=True)
         total_clients = sum(len(c["clients"]) for t in per_node for c in t["channels"])
         total_messages = sum(t["message_count"] for t in per_node)
         return {
@@ -406,8 +434,10 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
 
     @api("/api/counter", ["GET"])
     async def counter(report: Report) -> Json:
-        producers = await admin.cluster.producers(report)
-        _, channels = await admin.cluster.nsqd_stats(producers, report, include_clients=False)
+        with failing("failed to get counter producer list"):
+            producers = await admin.cluster.producers(report)
+        with failing("failed to get nsqd stats"):
+            _, channels = await admin.cluster.nsqd_stats(producers, report, include_clients=False)
         return {"stats": aggregate.counter_stats(channels)}
 
     # -- actions --------------------------------------------------------------------------
@@ -428,7 +458,8 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
             raise HTTPError(400, "INVALID_TOPIC")
         if channel_name and not is_valid_channel_name(channel_name):
             raise HTTPError(400, "INVALID_CHANNEL")
-        await admin.cluster.create_topic_channel(topic_name, channel_name, report)
+        with failing("failed to create topic/channel"):
+            await admin.cluster.create_topic_channel(topic_name, channel_name, report)
         notify("create_topic", topic_name)
         if channel_name:
             notify("create_channel", topic_name, channel_name)
@@ -440,7 +471,8 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
         action = body["action"]
         if action not in ("pause", "unpause", "empty"):
             raise HTTPError(400, "INVALID_ACTION")
-        await admin.cluster.topic_channel_action(action, topic_name, channel_name, report)
+        with failing(f"failed to {action} topic/channel"):
+            await admin.cluster.topic_channel_action(action, topic_name, channel_name, report)
         if channel_name:
             notify(f"{action}_channel", topic_name, channel_name)
         else:
@@ -458,14 +490,16 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
     @api("/api/topics/<topic>", ["DELETE"])
     async def delete_topic(report: Report, topic: str) -> Json:
         require_admin()
-        await admin.cluster.delete_topic(topic, report)
+        with failing("failed to delete topic"):
+            await admin.cluster.delete_topic(topic, report)
         notify("delete_topic", topic)
         return {}
 
     @api("/api/topics/<topic>/<channel>", ["DELETE"])
     async def delete_channel(report: Report, topic: str, channel: str) -> Json:
         require_admin()
-        await admin.cluster.delete_channel(topic, channel, report)
+        with failing("failed to delete channel"):
+            await admin.cluster.delete_channel(topic, channel, report)
         notify("delete_channel", topic, channel)
         return {}
 
@@ -475,12 +509,14 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
         body = await action_body(("topic",), bad_body="INVALID_BODY")
         if not is_valid_topic_name(body["topic"]):
             raise HTTPError(400, "INVALID_TOPIC")
-        await admin.cluster.tombstone_node_for_topic(body["topic"], node, report)
+        with failing("failed to tombstone node for topic"):
+            await admin.cluster.tombstone_node_for_topic(body["topic"], node, report)
         notify("tombstone_topic_producer", body["topic"], node=node)
         return {}
 
     # -- graphite -------------------------------------------------------------------------
 
+    @access_logged(log)
     async def graphite(**_: Any) -> Response:
         try:
             return respond(await _graphite_rate(admin))
@@ -498,6 +534,7 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
 
     # -- /config --------------------------------------------------------------------------
 
+    @access_logged(log)
     async def config(opt: str) -> Response:
         try:
             return respond(await _config(admin, opt))

@@ -14,4 +14,5 @@ log = logging.getLogger("trionsq.nsqadmin")
 def run(options: NSQAdminOptions) -> int:
     """Run nsqadmin in the foreground until SIGINT/SIGTERM; 0 after a clean shutdown, 1 (and
     one FATAL line) when it cannot start."""
-    return run_until_signalled(NSQAdmin(options), log)
+    # Go's says nothing on a signal: this extra line keeps NSQ's prefix style.
+    return run_until_signalled(NSQAdmin(options), log, signal_prefix="NSQADMIN: ")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,6 +18,8 @@ import httpx
 import trio
 
 from trionsq.options import format_duration
+
+log = logging.getLogger("trionsq.nsqadmin")
 
 __all__ = ["UpstreamClient", "UpstreamError", "build_ssl_context", "gather"]
 
@@ -125,9 +128,10 @@ class UpstreamClient:
         enforced separately)."""
         return httpx.Timeout(request_timeout, connect=connect_timeout)
 
-    async def get_json(self, address: str, path: str) -> Any:
-        """GET ``http://<address><path>`` and decode the JSON answer."""
-        body = await self._request("GET", address, path)
+    async def get_json(self, address: str, path: str, ci: str = "") -> Any:
+        """GET ``http://<address><path>`` and decode the JSON answer. `ci` names the kind of
+        daemon asked (``nsqlookupd``, ``nsqd``) for Go's ``CI: querying`` line."""
+        body = await self._request("GET", address, path, ci=ci)
         try:
             return json.loads(body)
         except ValueError:
@@ -136,13 +140,13 @@ class UpstreamClient:
                 address, "invalid JSON answer", f'Get "{url}": invalid JSON answer'
             ) from None
 
-    async def get_text(self, address: str, path: str) -> str:
+    async def get_text(self, address: str, path: str, ci: str = "") -> str:
         """GET and return the body as text (``/ping``)."""
-        return (await self._request("GET", address, path)).decode("utf-8", "replace")
+        return (await self._request("GET", address, path, ci=ci)).decode("utf-8", "replace")
 
-    async def post(self, address: str, path: str) -> None:
+    async def post(self, address: str, path: str, ci: str = "") -> None:
         """POST with no body (the admin actions: parameters are in the query string)."""
-        await self._request("POST", address, path)
+        await self._request("POST", address, path, ci=ci)
 
     async def get_url_json(self, url: str) -> Any:
         """GET a full URL (graphite) and decode the JSON answer."""
@@ -155,8 +159,12 @@ class UpstreamClient:
                 address, "invalid JSON answer", f'Get "{url}": invalid JSON answer'
             ) from None
 
-    async def _request(self, method: str, address: str, path: str, url: str = "") -> bytes:
+    async def _request(
+        self, method: str, address: str, path: str, url: str = "", ci: str = ""
+    ) -> bytes:
         url = url or f"http://{address}{path}"
+        if ci:
+            log.info("CI: querying %s %s", ci, url)  # Go's ClusterInfo, before each request
         verb = method.capitalize()
         with trio.move_on_after(self.request_timeout) as scope:
             for _ in range(2):

@@ -215,6 +215,7 @@ class DiskBackend(DiskQueue):
             fs=nsqd.fs,
             recovered=recovered,
             delay_deferred_drops=options.sync_ack,
+            logger=log,  # go-diskqueue's lines are nsqd's, as Go passes nsqd's logf
         )
         self._nsqd = nsqd
 

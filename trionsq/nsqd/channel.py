@@ -597,7 +597,9 @@ class Channel:
         """Shutdown: every queued, in-flight and deferred message goes to the backend; how
         many were lost (the disk refused them: `save_at_exit`)."""
         self.exiting = True
+        log.info("CHANNEL(%s): closing", self.name)
         frames: list[bytes] = list(self.memory)
+        in_memory = len(frames)
         self.memory.clear()
         for client in self.clients:
             frames += [_delivered(e[0]) for e in client.in_flight.values()]
@@ -605,6 +607,14 @@ class Channel:
         for table in self.orphans:
             frames += [_delivered(e[0]) for e in table.values()]
         self.orphans.clear()
+        if frames or self.deferred:
+            log.info(
+                "CHANNEL(%s): flushing %d memory %d in-flight %d deferred messages to backend",
+                self.name,
+                in_memory,
+                len(frames) - in_memory,
+                len(self.deferred),
+            )
         # Deferred messages go to the queue as Go writes them, their due times beside it
         # (the deferred log, if any, is removed once they are durable there).
         for due, _, frame in self.deferred:
@@ -616,6 +626,7 @@ class Channel:
     def delete(self) -> None:
         """HTTP /channel/delete or its topic's deletion: its subscribers' connections close."""
         self.exiting = True
+        log.info("CHANNEL(%s): deleting", self.name)
         for client in self.clients:
             client.close_connection()
         self.empty()

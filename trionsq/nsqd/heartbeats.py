@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..logs import go_net_error
 from ..protocol.frames import HEARTBEAT_FRAME
 from .socket_stream import DirectSocketStream
 from .wakeup import Wakeup
@@ -83,14 +84,20 @@ async def _run_pump(client: ClientV2, scope: trio.CancelScope) -> None:
             await client.message_pump()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
             if not scope.cancel_called:
-                log.info("PROTOCOL(V2): [%s] connection lost - %s", client.remote_address, err)
-                client.close_connection()
+                _pump_failed(client, err)
         except Exception:
             log.exception(
                 "PROTOCOL(V2): [%s] internal error, closing the connection",
                 client.remote_address,
             )
             client.close_connection()
+
+
+def _pump_failed(client: ClientV2, err: BaseException) -> None:
+    """A send of the pump's failed: Go's messagePump error line; the connection closes."""
+    error = go_net_error(client.stream, client.remote_address, "write", err)
+    log.error("PROTOCOL(V2): [%s] messagePump error - %s", client.remote_address, error)
+    client.close_connection()
 
 
 class Heartbeats:
@@ -186,8 +193,7 @@ class Heartbeats:
         except BlockingIOError:
             sent = 0
         except OSError as err:
-            log.info("PROTOCOL(V2): [%s] connection lost - %s", client.remote_address, err)
-            client.close_connection()
+            _pump_failed(client, err)
             return
         if sent < len(HEARTBEAT_FRAME):
             client.out += HEARTBEAT_FRAME[sent:]

@@ -25,17 +25,18 @@ from ..http_common import (
     JSON_CONTENT_TYPE,
     NSQ_CONTENT_TYPE,
     HTTPError,
+    access_logged,
     config_address_list,
     config_log_level,
     content_length,
     first,
     new_app,
     plain_text,
-    query,
     read_body,
     serve_app,
     v1_route,
 )
+from ..http_common import query as _query
 from ..logs import set_log_level
 from ..options import GoParseError, parse_duration
 from ..protocol.errors import ProtocolError
@@ -118,6 +119,16 @@ async def replicated_admin(topic: Topic, action: str, channel: str | None = None
     return True
 
 
+def query() -> dict[str, list[str]]:
+    """The request's query parameters; a malformed query string is logged as Go's nsqd logs
+    it (and answered 400 ``INVALID_REQUEST``)."""
+    try:
+        return _query()
+    except HTTPError as err:
+        log.error("failed to parse request params - %s", err.detail)
+        raise
+
+
 # -- the app --------------------------------------------------------------------------------
 
 
@@ -146,6 +157,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
             )
 
     @app.route("/ping", methods=["GET"])
+    @access_logged(log)
     async def ping() -> Response:
         # Go answers /ping as PlainText, not V1: no X-NSQ-Content-Type header, and when
         # unhealthy the health text itself with status 500.
@@ -172,7 +184,8 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
             "topology_region": "",
         }
 
-    @route("/pub", ["POST"])
+    # Go logs no access line for /pub and /mpub (nor does anything per message here).
+    @route("/pub", ["POST"], access_log=False)
     async def pub() -> str:
         if content_length() > opts.max_msg_size:
             raise HTTPError(413, "MSG_TOO_BIG")
@@ -193,7 +206,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         await _put(nsqd, topic, [body], delay)
         return "OK"
 
-    @route("/mpub", ["POST"])
+    @route("/mpub", ["POST"], access_log=False)
     async def mpub() -> str:
         if content_length() > opts.max_body_size:
             raise HTTPError(413, "BODY_TOO_BIG")
@@ -230,6 +243,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         return format_text(result)
 
     @app.route("/metrics", methods=["GET"])
+    @access_logged(log)
     async def metrics() -> Response:
         """Beyond NSQ: the stats in Prometheus' text exposition format."""
         from .prometheus import CONTENT_TYPE, render_prometheus  # only when asked for

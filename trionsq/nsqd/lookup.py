@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote_plus
 
 import trio
 
 from .. import NSQ_VERSION
+from ..logs import go_net_error, go_struct
 from ..protocol.names import is_ephemeral
 from .addresses import split_host_port
 from .wakeup import Wakeup
@@ -51,6 +54,10 @@ class LookupPeerError(OSError):
     """The nsqlookupd answered badly or closed the connection."""
 
 
+class _Logged(LookupPeerError):
+    """A failure already logged in Go's words (the peer only reconnects)."""
+
+
 def register(topic: str, channel: str | None = None) -> bytes:
     return b"REGISTER " + _params(topic, channel) + b"\n"
 
@@ -68,6 +75,30 @@ def _params(topic: str, channel: str | None) -> bytes:
     return (topic if channel is None else f"{topic} {channel}").encode()
 
 
+def _text(command: bytes) -> str:
+    """A command as go-nsq's Command.String() prints it: its line (``REGISTER t c``)."""
+    return command.split(b"\n", 1)[0].decode("utf-8", "replace")
+
+
+def _first_errno(err: BaseException) -> int:
+    """The errno of the OSError behind `err` (trio's connect failures wrap them in a group)."""
+    todo: list[BaseException] = [err]
+    seen: set[int] = set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno:
+            return current.errno
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                todo.append(linked)
+    return 0
+
+
 class LookupPeer:
     """The connection to one nsqlookupd, kept up by `run`."""
 
@@ -80,6 +111,9 @@ class LookupPeer:
         self._queue: list[bytes] = []
         self._wake = Wakeup()
         self.cancel_scope = trio.CancelScope()
+        # The command under way (Go's error lines name it) and the connection, if any.
+        self._command_text = "IDENTIFY"
+        self._stream: trio.abc.Stream | None = None
 
     def notify(self, command: bytes) -> None:
         """Queue a REGISTER/UNREGISTER (dropped when disconnected: the re-sync covers it)."""
@@ -99,27 +133,52 @@ class LookupPeer:
                     trio.TooSlowError,
                     trio.BrokenResourceError,
                 ) as err:
-                    log.error("LOOKUPD(%s): %s", self.address, err or type(err).__name__)
+                    if not isinstance(err, _Logged):
+                        log.error(
+                            "LOOKUPD(%s): %s - %s", self.address, self._command_text, self._go(err)
+                        )
                     if self.connected:
                         backoff = BACKOFF_MIN
                 finally:
                     self.connected = False
                     self._queue.clear()
+                    self._stream = None
+                    self._command_text = "IDENTIFY"
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
 
+    def _go(self, err: BaseException) -> str:
+        """A failure as Go's lookupPeer reports it (``EOF``, ``read tcp ...: i/o timeout``,
+        ``dial tcp ...: connect: connection refused``)."""
+        stream = self._stream
+        if stream is None:
+            reason = "i/o timeout"
+            errno_ = _first_errno(err)
+            if errno_:
+                text = os.strerror(errno_)
+                reason = f"connect: {text[:1].lower()}{text[1:]}"
+            return f"dial tcp {self.address}: {reason}"
+        if isinstance(err, trio.TooSlowError):
+            return go_net_error(stream, self.address, "read", "i/o timeout")
+        if isinstance(err, LookupPeerError) or not _first_errno(err):
+            return str(err) or type(err).__name__
+        return go_net_error(stream, self.address, "write", err)
+
     async def _session(self) -> None:
         host, port = split_host_port(self.address)
+        log.info("LOOKUP connecting to %s", self.address)
         with trio.fail_after(COMMAND_TIMEOUT):
             stream = await trio.open_tcp_stream(host or "127.0.0.1", port)
         async with stream:
-            log.info("LOOKUP connecting to %s", self.address)
+            self._stream = stream
             await self._send(stream, MAGIC_V1)
             reply = await self._command(stream, self._identify_command())
             self._read_identify_reply(reply)
             self.connected = True
             self._queue.clear()
+            # Go's connect callback: every topic and channel registered again.
             for command in self._resync_commands():
+                log.info("LOOKUPD(%s): %s", self.address, _text(command))
                 await self._command(stream, command)
             # PINGs keep to their interval whatever else is sent: only they (and IDENTIFY)
             # refresh this node's liveness in the lookupd.
@@ -129,8 +188,15 @@ class LookupPeer:
                     await self._wake.wait()
                 while self._queue:
                     command = self._queue.pop(0)
-                    log.info("LOOKUPD(%s): %s", self.address, command.decode().strip())
-                    await self._command(stream, command)
+                    text = _text(command)
+                    branch = "channel" if text.count(" ") == 2 else "topic"
+                    log.info("LOOKUPD(%s): %s %s", self.address, branch, text)
+                    try:
+                        await self._command(stream, command)
+                    except _PEER_FAILURES as err:
+                        # Go logs the failure and goes on (its next command reconnects).
+                        log.error("LOOKUPD(%s): %s - %s", self.address, text, self._go(err))
+                        raise _Logged(str(err)) from err
                 if trio.current_time() >= next_ping:
                     await self._command(stream, b"PING\n")
                     next_ping = trio.current_time() + PING_INTERVAL
@@ -152,18 +218,32 @@ class LookupPeer:
         return b"IDENTIFY\n" + _SIZE.pack(len(body)) + body
 
     def _read_identify_reply(self, reply: bytes) -> None:
+        shown = reply.decode(errors="replace")
+        if reply == b"E_INVALID":
+            log.info("LOOKUPD(%s): lookupd returned %s", self.address, shown)
+            raise _Logged(f"IDENTIFY refused: {shown}")
         if reply.startswith(b"E_"):
-            raise LookupPeerError(f"IDENTIFY refused: {reply.decode(errors='replace')}")
+            raise LookupPeerError(f"IDENTIFY refused: {shown}")
         try:
             info = json.loads(reply)
             address = str(info["broadcast_address"])
             http_port = int(info["http_port"])
         except (ValueError, KeyError, TypeError) as err:
-            raise LookupPeerError(f"bad IDENTIFY reply {reply[:100]!r}") from err
+            log.error("LOOKUPD(%s): parsing response - %s", self.address, shown)
+            raise _Logged(f"bad IDENTIFY reply {reply[:100]!r}") from err
         self.http_address = (
             f"[{address}]:{http_port}" if ":" in address else f"{address}:{http_port}"
         )
-        log.info("LOOKUPD(%s): peer info %s", self.address, info)
+        # Go's peerInfo struct, as %+v prints it.
+        fields = (
+            ("TCPPort", info.get("tcp_port", 0)),
+            ("HTTPPort", http_port),
+            ("Version", info.get("version", "")),
+            ("BroadcastAddress", address),
+        )
+        log.info("LOOKUPD(%s): peer info %s", self.address, go_struct(fields))
+        if not address:
+            log.error("LOOKUPD(%s): no broadcast address", self.address)
 
     def _resync_commands(self) -> list[bytes]:
         commands = []
@@ -182,6 +262,7 @@ class LookupPeer:
 
     async def _command(self, stream: trio.SocketStream, command: bytes) -> bytes:
         """One round trip: the command, then a ``[4-byte size][data]`` response."""
+        self._command_text = _text(command)
         await self._send(stream, command)
         with trio.fail_after(COMMAND_TIMEOUT):
             size = _SIZE.unpack(await _receive_exactly(stream, 4))[0]
@@ -195,7 +276,7 @@ async def _receive_exactly(stream: trio.abc.ReceiveStream, count: int) -> bytes:
     while len(data) < count:
         chunk = await stream.receive_some(count - len(data))
         if not chunk:
-            raise LookupPeerError("connection closed by nsqlookupd")
+            raise LookupPeerError("EOF")  # Go's reader: the nsqlookupd closed the connection
         data += chunk
     return bytes(data)
 
@@ -225,6 +306,7 @@ class LookupPeers:
             return
         for address in wanted:
             if address not in self.peers:
+                log.info("LOOKUP(%s): adding peer", address)
                 peer = LookupPeer(self.nsqd, address)
                 self.peers[address] = peer
                 self._nursery.start_soon(peer.run, name=f"lookup-peer:{address}")
@@ -242,7 +324,7 @@ class LookupPeers:
 
     async def channels_for(self, topic: str) -> list[str]:
         """The channels the connected lookupds know for `topic` (GET /channels), without
-        ephemeral ones; lookupds that fail are logged and skipped."""
+        ephemeral ones; lookupds that fail are logged (as Go's nsqd does) and skipped."""
         names: dict[str, None] = {}
         addresses = self.http_addresses
         if not addresses:
@@ -252,20 +334,31 @@ class LookupPeers:
 
         request_timeout, connect_timeout = CHANNELS_QUERY_TIMEOUT
         timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
+        errors: list[str] = []
         async with httpx.AsyncClient(timeout=timeout) as client:
             for address in addresses:
+                endpoint = f"http://{address}/channels?topic={quote_plus(topic)}"
+                log.info("CI: querying nsqlookupd %s", endpoint)
                 try:
                     response = await client.get(
-                        f"http://{address}/channels",
-                        params={"topic": topic},
-                        headers={"Accept": "application/vnd.nsq; version=1.0"},
+                        endpoint, headers={"Accept": "application/vnd.nsq; version=1.0"}
                     )
                     response.raise_for_status()
                     channels: Any = response.json().get("channels") or []
                 except (httpx.HTTPError, ValueError, AttributeError) as err:
-                    log.warning("LOOKUPD(%s): channels of %s failed - %s", address, topic, err)
+                    errors.append(str(err))
                     continue
                 for name in channels:
                     if isinstance(name, str) and not is_ephemeral(name):
                         names[name] = None
+        if errors:
+            # Go's ClusterInfo error (an ErrList: one error a line).
+            text = "\n".join(errors)
+            if len(errors) == len(addresses):
+                text = f"failed to query any nsqlookupd: {text}"
+            log.warning(
+                "failed to query nsqlookupd for channels to pre-create for topic %s - %s",
+                topic,
+                text,
+            )
         return list(names)

@@ -9,16 +9,18 @@ next round (group commit) before anything of it is sent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..daemon import first_leaf
+from ..logs import CLOSED_CONNECTION, go_net_error, go_struct
 from ..protocol import errors as E
 from ..protocol.client_states import COMMAND_STATES, RULES, CommandRule, Verdict
 from ..protocol.commands import MAGIC_V2, Command
@@ -96,34 +98,60 @@ async def handle_connection(nsqd: NSQD, stream: trio.SocketStream | trio.abc.Str
     and one cancel scope (the command loop's: both its read deadline and what closes the
     connection from outside, `ClientV2.close_connection`)."""
     remote = _remote_address(stream)
+    log.info("TCP: new client(%s)", remote)
     if isinstance(stream, trio.SocketStream):
         stream = DirectSocketStream(stream, nsqd.options.busy_poll)
     try:
         magic = b""
+        failure: BaseException | str = "i/o timeout"  # Go's read error at the deadline
         with trio.move_on_after(nsqd.options.client_timeout):
             while len(magic) < 4:
                 # Only the magic: a whole first read kept here would stay for the connection's
                 # life.
-                chunk = await stream.receive_some(4 - len(magic))
+                try:
+                    chunk = await stream.receive_some(4 - len(magic))
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+                    failure = err
+                    break
                 if not chunk:
-                    return
+                    failure = "unexpected EOF" if magic else "EOF"
+                    break
                 magic += chunk
         if len(magic) < 4:
+            if failure in ("EOF", "unexpected EOF"):
+                reason = str(failure)
+            else:
+                reason = go_net_error(stream, remote, "read", failure)
+            log.error("failed to read protocol version - %s", reason)
             return
-        if magic[:4] != MAGIC_V2:
-            log.error("client(%s) bad protocol magic %r", remote, magic[:4])
-            await stream.send_all(encode_error(E.E_BAD_PROTOCOL.encode()))
+        shown = magic.decode("utf-8", "replace")
+        log.info("CLIENT(%s): desired protocol magic '%s'", remote, shown)
+        if magic != MAGIC_V2:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.send_all(encode_error(E.E_BAD_PROTOCOL.encode()))
+            log.error("client(%s) bad protocol magic '%s'", remote, shown)
             return
         client = nsqd.new_client(stream, remote)
-        log.info("TCP: new client(%s)", remote)
         nsqd.heartbeats.add(client)
+        # Go's IOLoop error, logged by its TCP handler once the loop has ended.
+        exit_error: str | None = None
         try:
-            await _command_loop(nsqd, client, bytes(magic[4:]))
+            exit_error = await _command_loop(nsqd, client, bytes(magic[4:]))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+            exit_error = "failed to send response - " + go_net_error(
+                client.stream, remote, "write", err
+            )
+        except trio.Cancelled:
+            if nsqd.exiting:  # Go's shutdown closes every connection under its IOLoop
+                exit_error = "failed to read command - " + go_net_error(
+                    client.stream, remote, "read", CLOSED_CONNECTION
+                )
+            raise
         finally:
             stop_pump(client)
-            _disconnect(nsqd, client)
+            _disconnect(nsqd, client, exit_error)
     except* (trio.BrokenResourceError, trio.ClosedResourceError) as gone:
-        log.info("PROTOCOL(V2): [%s] connection lost - %s", remote, first_leaf(gone))
+        log.error("client(%s) - %s", remote, first_leaf(gone))
     except* Exception:
         log.exception("PROTOCOL(V2): [%s] internal error, closing the connection", remote)
     finally:
@@ -146,8 +174,11 @@ def _remote_address(stream: trio.abc.Stream) -> str:
     return str(peer) or "unix"
 
 
-def _disconnect(nsqd: NSQD, client: ClientV2) -> None:
-    log.info("PROTOCOL(V2): [%s] exiting ioloop", client.remote_address)
+def _disconnect(nsqd: NSQD, client: ClientV2, exit_error: str | None) -> None:
+    """The connection's end, with Go's lines: its IOLoop's exit, the error that ended it (as
+    Go's TCP handler logs it) and its messagePump's exit (every Go client has one)."""
+    remote = client.remote_address
+    log.info("PROTOCOL(V2): [%s] exiting ioloop", remote)
     client.state = STATE_DISCONNECTED
     for topic in client.pump_later:  # published, not yet moved on: the pump tasks do it
         topic.wake.set()
@@ -155,10 +186,16 @@ def _disconnect(nsqd: NSQD, client: ClientV2) -> None:
     if client.channel is not None:
         client.channel.remove_client(client)
     nsqd.remove_client(client)
+    if exit_error:
+        log.error("client(%s) - %s", remote, exit_error)
+    log.info("PROTOCOL(V2): [%s] exiting messagePump", remote)
 
 
-async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
+async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> str | None:
+    """Serve the connection's commands until it ends; the error that ended it as Go's IOLoop
+    returns it (None for a clean end: EOF between commands)."""
     parser = _new_parser(nsqd, client)
+    exit_error: str | None = None
     handlers = _HANDLERS
     stream = client.stream
     # The read deadline, and what `ClientV2.close_connection` cancels: one scope for both
@@ -172,7 +209,7 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                 held = client.held
                 if held is not None and not await held.wait():
                     await _close_after_error(client)
-                    return
+                    return None
                 parser.feed(data)
                 data = b""  # the parser keeps what it needs: hold no read while waiting
                 fatal = False
@@ -203,13 +240,12 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                     except ProtocolError as err:
                         if err.text == LINE_TOO_LONG:
                             # nsqd's line reader fails: it closes without an error frame.
-                            log.error(
-                                "[%s] - failed to read command - %s", client.remote_address, err
-                            )
+                            exit_error = "failed to read command - bufio: buffer full"
                             fatal = True
                             break
                         _answer_error(client, err)
                         if err.fatal:
+                            exit_error = str(err)
                             fatal = True
                             break
                     except _Upgrade as granted:
@@ -219,7 +255,7 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                 if client.unsynced_publish:
                     if nsqd.options.sync_ack or fatal or upgrade is not None:
                         if not await _wait_durable(nsqd, client):
-                            return
+                            return str(NOT_DURABLE)
                     else:
                         # Replication: the answers are sent once a quorum has the messages,
                         # by the task that sees it; this one reads on.
@@ -227,11 +263,11 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
                         nsqd.hold_answers(client)
                 if fatal:
                     await _close_after_error(client)
-                    return
+                    return exit_error
                 if upgrade is not None:
                     read_until = read_deadline.deadline = math.inf  # the handshake has its own
                     if not await _upgrade(nsqd, client, upgrade):
-                        return
+                        return None
                     stream = client.stream
                     parser = _new_parser(nsqd, client)
                 channel = client.channel
@@ -258,24 +294,33 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> None:
             try:
                 data = await stream.receive_some(READ_SIZE)
             except TransportError as err:
-                log.error(
-                    "PROTOCOL(V2): [%s] - failed to read command - %s", client.remote_address, err
+                return f"failed to read command - {err}"
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+                return "failed to read command - " + go_net_error(
+                    stream, client.remote_address, "read", err
                 )
-                return
             if not data:
                 held = client.held
                 if held is not None and await held.wait():
                     await client.flush()  # a half-closed publisher still reads its OK
-                await _answer_cut_short(client, parser)
-                return
+                exit_error = await _answer_cut_short(client, parser, None)
+                if exit_error is None and isinstance(stream, DeflateStream) and not stream.ended:
+                    # Go's flate reader: the stream ended without its final block.
+                    exit_error = "failed to read command - unexpected EOF"
+                return exit_error
             if type(data) is not bytes:
                 data = bytes(data)
-    if read_deadline.cancelled_caught and trio.current_time() >= read_until:
-        log.error(
-            "PROTOCOL(V2): [%s] IO error - read timeout (no heartbeat reply)",
-            client.remote_address,
-        )
-        await _answer_cut_short(client, parser)
+    if not read_deadline.cancelled_caught:
+        return None
+    if trio.current_time() >= read_until:
+        # No heartbeat reply in time: Go's read deadline.
+        timeout = go_net_error(stream, client.remote_address, "read", "i/o timeout")
+        exit_error = await _answer_cut_short(client, parser, timeout)
+        return exit_error or f"failed to read command - {timeout}"
+    # Closed from outside (`ClientV2.close_connection`): Go closes the socket under its read.
+    return "failed to read command - " + go_net_error(
+        stream, client.remote_address, "read", CLOSED_CONNECTION
+    )
 
 
 async def _wait_durable(nsqd: NSQD, client: ClientV2) -> bool:
@@ -305,18 +350,37 @@ async def _close_after_error(client: ClientV2) -> None:
     await client.drain()
 
 
-async def _answer_cut_short(client: ClientV2, parser: CommandParser) -> None:
-    """The stream ended (EOF or read deadline): if a body was cut short, nsqd answers with
-    its read error before closing (a half-closed client still reads it)."""
+async def _answer_cut_short(
+    client: ClientV2, parser: CommandParser, cause: str | None
+) -> str | None:
+    """The stream ended (EOF, or the read deadline passed: `cause`): if a body was cut short,
+    nsqd logs and answers with its read error before closing (a half-closed client still
+    reads it); that error, or None."""
     try:
         parser.eof()
     except ProtocolError as err:
+        if cause is None:
+            cause = _eof_cause(parser, err)
+        # str(err): a record kept (a test's, a buffering handler's) must not keep the
+        # parser's partial body alive through the error's traceback
+        log.error("[%s] - %s - %s", client.remote_address, str(err), cause)
         client.out += encode_error(err.body)
         with trio.move_on_after(1):
             try:
                 await client.drain()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+        return str(err)
+    return None
+
+
+def _eof_cause(parser: CommandParser, err: ProtocolError) -> str:
+    """What Go's reader returned when the stream ended inside a body: io.EOF if none of the
+    piece it was reading (a size, a count, a body) had come, else io.ErrUnexpectedEOF."""
+    received = parser.buffered
+    if not err.text.startswith("MPUB") and err.text.endswith("body"):
+        received -= 4  # the body's size came whole: only the body counts
+    return "unexpected EOF" if received > 0 else "EOF"
 
 
 # -- command handlers (synchronous) ---------------------------------------------------------
@@ -376,9 +440,35 @@ def _state_allows(client: ClientV2, rule: CommandRule) -> bool:
     return verdict is Verdict.ALLOWED
 
 
+#: Go's identifyDataV2, whose ``%+v`` its IDENTIFY line prints: (field, JSON key, zero value).
+_IDENTIFY_FIELDS = (
+    ("ClientID", "client_id", ""),
+    ("Hostname", "hostname", ""),
+    ("HeartbeatInterval", "heartbeat_interval", 0),
+    ("OutputBufferSize", "output_buffer_size", 0),
+    ("OutputBufferTimeout", "output_buffer_timeout", 0),
+    ("FeatureNegotiation", "feature_negotiation", False),
+    ("TLSv1", "tls_v1", False),
+    ("Deflate", "deflate", False),
+    ("DeflateLevel", "deflate_level", 0),
+    ("Snappy", "snappy", False),
+    ("SampleRate", "sample_rate", 0),
+    ("UserAgent", "user_agent", ""),
+    ("MsgTimeout", "msg_timeout", 0),
+)
+
+
+def _log_identify(client: ClientV2, fields: dict[str, Any]) -> None:
+    """Go's ``[addr] IDENTIFY: {ClientID:... MsgTimeout:...}``: the body as decoded, before
+    its values are checked."""
+    if log.isEnabledFor(logging.INFO):
+        values = ((name, fields.get(key, zero)) for name, key, zero in _IDENTIFY_FIELDS)
+        log.info("[%s] IDENTIFY: %s", client.remote_address, go_struct(values))
+
+
 def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     assert isinstance(cmd.body, bytes)
-    result = negotiate(cmd.body, nsqd.identify_limits)
+    result = negotiate(cmd.body, nsqd.identify_limits, lambda fields: _log_identify(client, fields))
     # nsqd takes both as given, empty when absent.
     client.client_id = result.client_id or ""
     client.hostname = result.hostname or ""
@@ -479,7 +569,7 @@ async def _upgrade(nsqd: NSQD, client: ClientV2, result: IdentifyResult) -> bool
             return False
         return True
     err = ProtocolError(E.E_IDENTIFY_FAILED, f"IDENTIFY failed {failure}")
-    log.error("[%s] - %s", client.remote_address, err)
+    log.error("[%s] - %s - %s", client.remote_address, err, failure)  # Go: its cause too
     # Like Go, over the last layer that worked (after a failed handshake, in plaintext).
     client.out += encode_error(err.body)
     with trio.move_on_after(1):
@@ -638,6 +728,11 @@ def _valid_name(raw: bytes, is_valid: Callable[[str], bool]) -> str | None:
 
 def _rdy(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     if not _state_allows(client, _RDY_RULE):
+        # Ignored only after CLS (the state table's one ignoring state for RDY).
+        log.info(
+            "PROTOCOL(V2): [%s] ignoring RDY after CLS in state ClientStateV2Closing",
+            client.remote_address,
+        )
         return
     count = 1
     if cmd.params:
@@ -743,10 +838,9 @@ def _fin_run(nsqd: NSQD, client: ClientV2, message_ids: list[bytes]) -> None:
 
 
 def _answer_error(client: ClientV2, err: ProtocolError) -> None:
-    """Log a command's error as nsqd does and queue its error frame."""
-    log.log(
-        logging.ERROR if err.fatal else logging.WARNING, "[%s] - %s", client.remote_address, err
-    )
+    """Log a command's error as nsqd does (at ERROR, fatal or not) and queue its error
+    frame."""
+    log.error("[%s] - %s", client.remote_address, str(err))
     client.out += encode_error(err.body)
 
 

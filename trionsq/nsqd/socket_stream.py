@@ -27,7 +27,8 @@ traffic is faster than `busy_poll` per round trip, where it buys throughput (sin
 one connection: ~11k/s without, ~15k/s with 100 µs; see bench/README.md).
 
 Errors are translated as Trio translates them: a closed socket is `trio.ClosedResourceError`,
-any other `OSError` `trio.BrokenResourceError`.
+any other `OSError` `trio.BrokenResourceError` (`trionsq.logs.go_net_error` words them as Go's
+log lines do).
 """
 
 from __future__ import annotations

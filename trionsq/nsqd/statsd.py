@@ -227,9 +227,9 @@ async def _push(
     address = options.statsd_address
     try:
         sock = await _dial_udp(address)
-    except (OSError, ValueError, trio.TooSlowError) as exc:
+    except (OSError, ValueError, trio.TooSlowError):
         # like Go, skip this push without taking a snapshot: the next deltas cover both
-        log.error("STATSD: failed to create UDP socket to statsd(%s) - %s", address, exc)
+        log.error("failed to create UDP socket to statsd(%s)", address)  # Go's words
         return previous
     with sock:
         log.info("STATSD: pushing stats to %s", address)

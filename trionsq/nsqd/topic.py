@@ -471,8 +471,12 @@ class Topic:
         """Shutdown: flush channels and the topic's own queue to their backends; how many
         messages were lost (the disk refused them)."""
         self.exiting = True
+        log.info("TOPIC(%s): closing", self.name)
+        self._pump_closed()
         lost = sum(channel.close() for channel in self.channels.values())
         frames = list(self.memory) + [frame for frame, _ in self.deferred]
+        if frames:
+            log.info("TOPIC(%s): flushing %d memory messages to backend", self.name, len(frames))
         for frame, due in self.deferred:
             self.backend.deferred_due[framed_id(frame)] = to_wall_ns(due)
         self.memory.clear()
@@ -481,12 +485,19 @@ class Topic:
 
     def delete(self) -> None:
         self.exiting = True
+        self._pump_closed()
         for name in list(self.channels):
             self.channels.pop(name).delete()
             self.nsqd.lookup.notify(unregister(self.name, name))
         self.memory.clear()
         self.deferred.clear()
+        self.backend.empty()  # as Go's: its queue is emptied, then deleted
         self.backend.delete()
+
+    def _pump_closed(self) -> None:
+        """Go's topic waits for its messagePump goroutine to end: here the pump moves
+        nothing once the topic is exiting (its task ends when next woken)."""
+        log.info("TOPIC(%s): closing ... messagePump", self.name)
 
 
 def _wanted(channel: Channel) -> int:

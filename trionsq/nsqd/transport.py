@@ -220,6 +220,12 @@ class DeflateStream(trio.abc.Stream):
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()
 
+    @property
+    def ended(self) -> bool:
+        """The peer's DEFLATE stream ended with its final block (an EOF before it is Go's
+        flate reader's "unexpected EOF")."""
+        return self._decompressor.eof
+
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         # max_length bounds each call's output: a small, highly compressed input (a
         # "decompression bomb") is decoded max_bytes at a time, the rest kept back by zlib.

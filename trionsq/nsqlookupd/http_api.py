@@ -19,7 +19,16 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from .. import NSQ_VERSION
-from ..http_common import HTTPError, first, new_app, plain_text, query, serve_app, v1_route
+from ..http_common import (
+    HTTPError,
+    access_logged,
+    first,
+    new_app,
+    plain_text,
+    query,
+    serve_app,
+    v1_route,
+)
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from .registration_db import CHANNEL, CLIENT, TOPIC, Registration
 
@@ -57,6 +66,7 @@ def create_app(lookupd: NSQLookupd) -> QuartTrio:
     opts = lookupd.options
 
     @app.route("/ping", methods=["GET"])
+    @access_logged(log)
     async def ping() -> Response:
         return plain_text("OK")
 

@@ -17,6 +17,7 @@ import trio
 
 from .. import NSQ_VERSION
 from ..http_common import go_json
+from ..logs import CLOSED_CONNECTION, go_net_error
 from ..options import format_duration
 from ..protocol.errors import E_INVALID, ProtocolError
 from ..protocol.lookup_v1 import (
@@ -58,9 +59,15 @@ class LookupProtocolV1:
         self.lookupd = lookupd
         self.db = lookupd.db
 
-    async def io_loop(self, client: ClientV1, stream: trio.abc.Stream, data: bytes = b"") -> None:
+    async def io_loop(
+        self, client: ClientV1, stream: trio.abc.Stream, data: bytes = b""
+    ) -> str | None:
         """Serve `client` on `stream` (`data`: bytes already read after the magic) until it
-        closes, sends a bad command, or the daemon exits; then unregister it everywhere."""
+        closes, sends a bad command, or the daemon exits; then unregister it everywhere.
+        Returns the error that ended it as Go's IOLoop returns it (``EOF`` when the peer
+        closed: Go's nsqlookupd logs that too), for the caller's ``client(...) - ...``."""
+        exit_error: str | None = None
+        op = "read"  # what a stream error interrupted (Go's error says)
 
         def check_line(name: str, params: tuple[str, ...]) -> None:
             if name == "IDENTIFY" and client.peer_info is not None:
@@ -77,28 +84,41 @@ class LookupProtocolV1:
                         out.append(encode_lookup_response(self.exec(client, command)))
                 except ProtocolError as err:
                     out.append(self._error(client, err))
+                    exit_error = str(err)
                     failed = True  # every nsqlookupd error is fatal
                 if out:
+                    op = "write"
                     await stream.send_all(b"".join(out))
                 if failed:
                     break
+                op = "read"
                 data = bytes(await stream.receive_some(READ_SIZE))
                 if not data:
+                    exit_error = "EOF"
                     try:
                         parser.eof()
                     except ProtocolError as err:
-                        await stream.send_all(self._error(client, err))
+                        cause = "unexpected EOF" if parser.buffered else "EOF"
+                        exit_error = str(err)
+                        op = "write"
+                        await stream.send_all(self._error(client, err, cause))
                     break
                 parser.feed(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
-            log.error("client(%s) - %s", client, err)
+            exit_error = go_net_error(stream, client.remote, op, err)
+        except trio.Cancelled:
+            if self.lookupd.exiting:  # Go's shutdown closes every connection under its read
+                exit_error = go_net_error(stream, client.remote, "read", CLOSED_CONNECTION)
+            raise
         finally:
             log.info("PROTOCOL(V1): [%s] exiting ioloop", client)
             self.unregister_client(client)
+        return exit_error
 
     @staticmethod
-    def _error(client: ClientV1, err: ProtocolError) -> bytes:
-        log.error("[%s] - %s", client, err)
+    def _error(client: ClientV1, err: ProtocolError, cause: str = "") -> bytes:
+        """Go's ``[addr] - <error>[ - <the read error behind it>]``; the error's answer."""
+        log.error("[%s] - %s%s", client, err, f" - {cause}" if cause else "")
         return encode_lookup_response(err.body)
 
     def unregister_client(self, client: ClientV1) -> None:

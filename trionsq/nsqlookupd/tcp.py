@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..logs import go_net_error
 from ..protocol.lookup_v1 import MAGIC_V1, encode_lookup_response
 from .lookup_protocol_v1 import READ_SIZE, ClientV1
 
@@ -63,8 +64,10 @@ async def handle_connection(
             await stream.send_all(encode_lookup_response(b"E_BAD_PROTOCOL"))
             log.error("client(%s) bad protocol magic '%s'", remote, shown)
             return
-        await lookupd.protocol.io_loop(ClientV1(remote), stream, data[4:])
+        exit_error = await lookupd.protocol.io_loop(ClientV1(remote), stream, data[4:])
+        if exit_error:
+            log.error("client(%s) - %s", remote, exit_error)
     except _STREAM_ERRORS as err:
-        log.error("client(%s) - %s", remote, err)
+        log.error("failed to read protocol version - %s", go_net_error(stream, remote, "read", err))
     finally:
         await trio.aclose_forcefully(stream)

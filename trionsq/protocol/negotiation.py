@@ -7,6 +7,7 @@ settings for the connection, or a ProtocolError with nsqd's exact text.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,9 +156,17 @@ def _decode(body: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
     return fields, data
 
 
-def negotiate(body: bytes, limits: IdentifyLimits) -> IdentifyResult:
-    """Validate an IDENTIFY body in nsqd's order; raise ProtocolError as nsqd would."""
+def negotiate(
+    body: bytes,
+    limits: IdentifyLimits,
+    on_decoded: Callable[[dict[str, Any]], None] | None = None,
+) -> IdentifyResult:
+    """Validate an IDENTIFY body in nsqd's order; raise ProtocolError as nsqd would.
+    `on_decoded` gets the known fields once the JSON is decoded, before they are checked
+    (where nsqd logs them)."""
     fields, data = _decode(body)
+    if on_decoded is not None:
+        on_decoded(fields)
     client_id: str | None = fields.get("client_id")
     hostname: str | None = fields.get("hostname")
     user_agent: str = fields.get("user_agent", "")
