@@ -1,7 +1,7 @@
-"""What every trionsq daemon shares as a program: `StartupError`, starting its HTTP server
-(`start_http`), running in the foreground until SIGINT/SIGTERM (`run_until_signalled`), and the
-exit codes of Go's daemons (0 after a clean shutdown, 1 with one FATAL line when it cannot
-start)."""
+"""What every trionsq daemon shares as a program: `StartupError` (with Go's texts for a failed
+listen and unusable TLS files), starting its HTTP server (`start_http`), running in the
+foreground until SIGINT/SIGTERM (`run_until_signalled`), and the exit codes of Go's daemons (0
+after a clean shutdown, 1 with one FATAL line when it cannot start)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
+
+from .goerrors import cert_pool_error, key_pair_error, listen_error
 
 if TYPE_CHECKING:
     import trio
@@ -30,34 +32,57 @@ def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-def listen_failed(address: str, err: BaseException) -> StartupError:
-    """Go's ``listen (<address>) failed - <reason>``."""
-    reason = getattr(err, "strerror", None) or err
-    return StartupError(f"listen ({address}) failed - {reason}")
+def listen_failed(
+    address: str, err: BaseException, daemon: str, network: str = "tcp"
+) -> StartupError:
+    """Go's ``failed to instantiate <daemon> - listen (<address>) failed - listen tcp <address>:
+    bind: address already in use`` (the reason in Go's words: `goerrors.listen_error`)."""
+    reason = listen_error(address, err, network)
+    return StartupError(f"failed to instantiate {daemon} - listen ({address}) failed - {reason}")
+
+
+def server_tls_error(cert: str, key: str, ca_file: str, err: BaseException) -> str:
+    """Why Go's buildTLSConfig fails on these files, in its words (``open PATH: no such file or
+    directory``, ``tls: failed to find any PEM data in certificate input``, ``failed to append
+    certificate to pool``); `err`'s text when Go's checks find nothing wrong."""
+    problem = key_pair_error(cert, key)
+    if problem is None and ca_file:
+        problem = cert_pool_error(ca_file)
+    return problem or str(err)
 
 
 async def start_http(
-    nursery: trio.Nursery, serve: Callable[..., Awaitable[None]], address: str
+    nursery: trio.Nursery,
+    serve: Callable[..., Awaitable[None]],
+    address: str,
+    daemon: str = "nsqd",
+    *,
+    fd: int | None = None,
 ) -> tuple[str, int]:
     """Start ``serve(bind, task_status=...)`` (a daemon's ``serve_http``, started with its bound
-    URLs) in `nursery` on Go's listen address `address` (empty: any host, any port); the bound
-    host and port. A bad address or a failed bind is Go's ``listen (...) failed`` `StartupError`."""
+    URLs) in `nursery` on Go's listen address `address` (empty: any host, any port), or on the
+    listening socket `fd` opened for it; the bound host and port. A bad address or a failed
+    bind is Go's ``failed to instantiate <daemon> - listen (...) failed - ...``
+    `StartupError`."""
     from .nsqd.addresses import split_host_port
 
     try:
-        host, port = split_host_port(address or ":0")
-        bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if fd is not None:
+            bind = f"fd://{fd}"
+        else:
+            host, port = split_host_port(address or ":0")
+            bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         urls = await nursery.start(serve, bind, name="http")
     except (OSError, ValueError) as err:
-        raise listen_failed(address, err) from err
+        raise listen_failed(address, err, daemon) from err
     except BaseExceptionGroup as group:
         # hypercorn's bind error comes out of its own nursery
         matched, rest = group.split((OSError, ValueError))
         if matched is None or rest is not None:
             raise
-        raise listen_failed(address, first_leaf(matched)) from group
+        raise listen_failed(address, first_leaf(matched), daemon) from group
     bound_host, _, bound_port = urls[0].rpartition(":")
-    return bound_host.removeprefix("http://").strip("[]"), int(bound_port)
+    return bound_host.split("://", 1)[-1].strip("[]"), int(bound_port)  # http:// or https://
 
 
 def run_until_signalled(daemon: Daemon, log: logging.Logger, signal_prefix: str = "") -> int:

@@ -620,7 +620,11 @@ async def test_a_port_in_use_is_a_startup_error() -> None:
         ]:
             daemon = NSQLookupd(NSQLookupdOptions(tcp_address=tcp, http_address=http))
             with pytest.RaisesGroup(
-                pytest.RaisesExc(StartupError, match=rf"^listen \(127\.0\.0\.1:{port}\) failed - "),
+                pytest.RaisesExc(
+                    StartupError,
+                    match=rf"^failed to instantiate nsqlookupd - listen \(127\.0\.0\.1:{port}\) "
+                    rf"failed - listen tcp 127\.0\.0\.1:{port}: bind: address already in use$",
+                ),
                 allow_unwrapped=True,
                 flatten_subgroups=True,
             ):
@@ -632,7 +636,8 @@ async def test_a_bad_address_is_a_startup_error() -> None:
     with pytest.raises(StartupError) as info:
         await daemon.run()
     assert str(info.value) == (
-        "listen (127.0.0.1) failed - address 127.0.0.1: missing port in address"
+        "failed to instantiate nsqlookupd - listen (127.0.0.1) failed - "
+        "listen tcp: address 127.0.0.1: missing port in address"
     )
 
 
@@ -721,7 +726,10 @@ def test_a_port_in_use_exits_1_with_one_fatal_line() -> None:
     assert proc.returncode == 1
     fatal = [line for line in proc.stderr.splitlines() if "FATAL" in line]
     assert len(fatal) == 1
-    assert re.search(rf"FATAL: listen \(127\.0\.0\.1:{port}\) failed - \S", fatal[0])
+    assert fatal[0].endswith(
+        f" FATAL: failed to instantiate nsqlookupd - listen (127.0.0.1:{port}) failed - "
+        f"listen tcp 127.0.0.1:{port}: bind: address already in use"
+    )
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 2  # the version line, then the error
 

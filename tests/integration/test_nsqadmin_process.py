@@ -59,7 +59,10 @@ def test_listen_failure_exits_1() -> None:
         # the lookupd's HTTP port is taken
         proc = _run("nsqadmin", f"--http-address={host}:{port}", "--nsqd-http-address=a:1")
     assert proc.returncode == 1
-    assert f"FATAL: listen ({host}:{port}) failed - " in proc.stderr
+    assert (
+        f"FATAL: failed to instantiate nsqadmin - listen ({host}:{port}) failed - "
+        f"listen tcp {host}:{port}: bind: address already in use\n"
+    ) in proc.stderr
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -21,6 +21,7 @@ import httpx
 import trio
 
 from ..daemon import StartupError, start_http
+from ..goerrors import key_pair_error, open_error
 from ..version import build_description
 from .cluster import ClusterInfo
 from .http_api import serve_http
@@ -35,25 +36,33 @@ log = logging.getLogger("trionsq.nsqadmin")
 
 
 def _client_ssl_context(options: NSQAdminOptions) -> ssl.SSLContext:
-    """Go's httpClientTLSConfig, with Go's startup error texts."""
+    """Go's httpClientTLSConfig, with Go's startup error texts (``failed to instantiate
+    nsqadmin - failed to LoadX509KeyPair ...``)."""
+    failed = "failed to instantiate nsqadmin -"
     try:
         context = build_ssl_context(options.http_client_tls_insecure_skip_verify, "", "", "")
     except (OSError, ssl.SSLError) as exc:  # pragma: no cover - no files involved
-        raise StartupError(str(exc)) from None
+        raise StartupError(f"{failed} {exc}") from None
     cert, key = options.http_client_tls_cert, options.http_client_tls_key
     if cert and key:
         try:
             context.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
-            raise StartupError(f"failed to LoadX509KeyPair {cert}, {key} - {exc}") from None
+            reason = key_pair_error(cert, key) or exc
+            raise StartupError(
+                f"{failed} failed to LoadX509KeyPair {cert}, {key} - {reason}"
+            ) from None
     ca_file = options.http_client_tls_root_ca_file
     if ca_file:
         try:
             context.load_verify_locations(cafile=ca_file)
-        except FileNotFoundError as exc:
-            raise StartupError(f"failed to read TLS root CA file {ca_file} - {exc}") from None
-        except (OSError, ssl.SSLError):
-            raise StartupError(f"failed to AppendCertsFromPEM {ca_file}") from None
+        except ssl.SSLError:
+            raise StartupError(f"{failed} failed to AppendCertsFromPEM {ca_file}") from None
+        except OSError as exc:  # the file cannot be read
+            reason = open_error(ca_file, exc)
+            raise StartupError(
+                f"{failed} failed to read TLS root CA file {ca_file} - {reason}"
+            ) from None
     return context
 
 
@@ -101,6 +110,7 @@ class NSQAdmin:
                 )
                 self._cluster = ClusterInfo(upstream, lambda: self.options)
                 await self._start_http(nursery)
+                shown = opts.http_address
                 if self.http_address is not None:
                     host, port = self.http_address
                     shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -117,14 +127,14 @@ class NSQAdmin:
                     )
                 task_status.started(self)
                 await self._exit.wait()
-                log.info("HTTP: closing %s", opts.http_address)
+                log.info("HTTP: closing %s", shown)
                 nursery.cancel_scope.cancel()
         finally:
             self._exited.set()
 
     async def _start_http(self, nursery: trio.Nursery) -> None:
         self.http_address = await start_http(
-            nursery, functools.partial(serve_http, self), self.options.http_address
+            nursery, functools.partial(serve_http, self), self.options.http_address, "nsqadmin"
         )
 
     def request_exit(self) -> None:

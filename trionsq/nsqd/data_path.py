@@ -12,6 +12,7 @@ import errno
 import os
 
 from ..diskqueue.fs import O_CREAT, O_TRUNC, O_WRONLY, FileSystem
+from ..goerrors import errno_text
 
 #: The file the check writes and removes (beside nsqd.dat; a crash may leave it, harmlessly).
 CHECK_FILE_NAME = "nsqd.dat.write-check.tmp"
@@ -25,23 +26,17 @@ class DataPathError(Exception):
 
 def go_os_error(op: str, path: str, err: OSError) -> str:
     """An OSError as Go's os.PathError prints it: ``open /x: permission denied``."""
-    return f"{op} {path}: {go_strerror(err)}"
+    return f"{op} {path}: {errno_text(err)}"
 
 
 def go_error_text(err: OSError) -> str:
     """An OSError raised by a file operation, in Go's words as near as Python tells: the
     operation is not recorded, so a path error reads as the ``open`` it most often is."""
     if err.filename2 is not None:
-        return f"rename {err.filename} {err.filename2}: {go_strerror(err)}"
+        return f"rename {err.filename} {err.filename2}: {errno_text(err)}"
     if err.filename is not None:
         return go_os_error("open", str(err.filename), err)
-    return go_strerror(err)
-
-
-def go_strerror(err: OSError) -> str:
-    """The errno's text as Go's syscall.Errno prints it (glibc's text, lower case first)."""
-    text = err.strerror or (os.strerror(err.errno) if err.errno else str(err))
-    return text[:1].lower() + text[1:]
+    return errno_text(err)
 
 
 def lock_data_path(fs: FileSystem, path: str) -> int:
@@ -51,7 +46,7 @@ def lock_data_path(fs: FileSystem, path: str) -> int:
     except OSError as err:
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             reason = (
-                f"cannot flock directory {path} - {go_strerror(err)} "
+                f"cannot flock directory {path} - {errno_text(err)} "
                 "(possibly in use by another instance of nsqd)"
             )
         else:

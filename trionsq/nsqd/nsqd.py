@@ -28,7 +28,6 @@ import functools
 import logging
 import math
 import os
-import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .. import NSQ_VERSION
-from ..daemon import StartupError, start_http
+from ..daemon import StartupError, server_tls_error, start_http
 from ..diskqueue import DiskSyncer
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.recovery import Recovered
@@ -45,22 +44,19 @@ from ..diskqueue.syncer import BlockingRunner
 from ..protocol.guid import GUIDFactory
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
-from ..version import build_description
 from . import metadata
-from .addresses import split_host_port
 from .backend import Backend, DiscardBackend, DiskBackend, recover_queues
 from .bounds import LimitOverride
 from .client_v2 import ClientV2
-from .data_path import DataPathError, check_writable, go_error_text, lock_data_path
+from .data_path import go_error_text
 from .dead_letter_names import DeadLetterNames
 from .heartbeats import Heartbeats
 from .http_api import serve_http
 from .lookup import LookupPeers, register, unregister
 from .memory_trim import MemoryTrimmer
+from .opening import Opened, open_nsqd
 from .options import NSQDOptions
 from .protocol_v2 import handle_connection
-from .replication import Replication
-from .replication_acks import wait_replicated
 from .stats import snapshot
 from .statsd import statsd_loop
 from .topic import Topic
@@ -68,6 +64,7 @@ from .transport import build_server_context
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
+    from .replication import Replication
     from .replication_acks import Owed
 
 log = logging.getLogger("trionsq.nsqd")
@@ -84,13 +81,16 @@ class NSQD:
         options: NSQDOptions,
         run_blocking: BlockingRunner = trio.to_thread.run_sync,
         fs: FileSystem = LOCAL,
+        opened: Opened | None = None,
     ) -> None:
         """`run_blocking` runs disk syncs, queue recovery, nsqd.dat writes and peeks at disk
         queues (a worker thread; tests on a MockClock pass an inline runner, so the clock does
         not jump while a thread works). `fs`: the file system under the data path (tests
-        simulate a disk)."""
+        simulate a disk). `opened`: the locked data path and listening sockets, when the
+        program opened them before it imported the daemon (opening.py)."""
         self.options = options
         self.fs = fs
+        self._opened = opened
         #: Message IDs for every topic: one generator, so that IDs are unique and increasing
         #: whichever path (TCP, HTTP) made them (Go has one per topic, equally unique).
         self.guid = GUIDFactory(options.node_id)
@@ -132,7 +132,6 @@ class NSQD:
         self._exited = trio.Event()
         self._scan_wake = Wakeup()
         self._scan_target = math.inf
-        self._lock_fd: int | None = None
         self.run_blocking = run_blocking
         self.disk_syncer = DiskSyncer(options.sync_timeout, run_blocking, sync_ack=options.sync_ack)
         #: The data path (--data-path, else the working directory, as Go's).
@@ -157,7 +156,11 @@ class NSQD:
         #: --dead-letter-topic, compiled (dead_letter.py).
         self.dead_letter_names = DeadLetterNames(options.dead_letter_topic)
         #: Replicated topics (replication.py): None unless --replicate-to is given.
-        self.replication = Replication(self) if options.replicate_to else None
+        self.replication: Replication | None = None
+        if options.replicate_to:
+            from .replication import Replication  # a plain nsqd never imports it
+
+            self.replication = Replication(self)
         #: PUB's OK waits (`wait_durable`): --sync-ack, or replication on.
         self.hold_acks = options.sync_ack or self.replication is not None
 
@@ -189,6 +192,8 @@ class NSQD:
             if self.metadata.pending:
                 ok = await self.metadata.flush() and ok
         if owed:
+            from .replication_acks import wait_replicated
+
             ok = await wait_replicated(owed) and ok
         return ok
 
@@ -329,24 +334,28 @@ class NSQD:
         try:
             self.tls_context = build_server_context(self.options)
         except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-            raise StartupError(f"failed to build TLS config - {err}") from err
+            opts = self.options
+            reason = server_tls_error(opts.tls_cert, opts.tls_key, opts.tls_root_ca_file, err)
+            raise StartupError(
+                f"failed to instantiate nsqd - failed to build TLS config - {reason}"
+            ) from err
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
-        # Go's order: the lock and TLS (nsqd.New), the version, then the metadata (Start).
-        self._lock_data_path()
+        # The data path locked and checked, the sockets listening (opening.py): as a program
+        # nsqd does that before it imports this module; in process, now.
+        opened = self._opened or open_nsqd(self.options, self.fs, self.data_path)
+        self._opened = None
         try:
-            await self._serve(task_status)
+            await self._serve(opened, task_status)
         finally:
-            self._unlock_data_path()
+            opened.close_sockets()  # those not adopted (a start-up failure)
+            self.fs.unlock_dir(opened.lock_handle)
             self._exited.set()
 
-    async def _serve(self, task_status: Any) -> None:
+    async def _serve(self, opened: Opened, task_status: Any) -> None:
         """Start, serve, and run the ordered shutdown (the data path is locked)."""
         self._build_tls_context()
-        log.info("%s", build_description("nsqd"))
-        log.info("ID: %d", self.options.node_id)
-        await self._check_data_path()
         saved_topics = self._load_saved_topics()
         if self.options.sync_ack:
             log.info("NSQ: --sync-ack: publishes are answered once fsynced")
@@ -360,12 +369,8 @@ class NSQD:
         self._recovered = await self.run_blocking(
             recover_queues, self, metadata.queue_names(saved_topics)
         )
-        try:
-            listeners = await self._open_tcp_listeners()
-        except OSError as err:
-            raise StartupError(
-                f"listen ({self.options.tcp_address}) failed - {err.strerror or err}"
-            ) from err
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in opened.tcp]
+        opened.tcp = []
         self.tcp_address = _listener_address(listeners[0])
         log.info("TCP: listening on %s", _format_address(self.tcp_address))
         async with trio.open_nursery() as root:
@@ -384,10 +389,10 @@ class NSQD:
                 await clients.start(self.heartbeats.run, name="heartbeats")
                 for listener in listeners:
                     clients.start_soon(self._accept, listener, clients, name="tcp-listener")
-                if self.options.http_address:
-                    await self._start_http(clients)
-                if self.tls_context is not None and self.options.https_address:
-                    await self._start_https(clients)
+                if opened.http is not None:
+                    await self._start_http(clients, opened.adopt_http())
+                if self.tls_context is not None and opened.https is not None:
+                    await self._start_https(clients, opened.adopt_https())
                 self.lookup.start(root, self.options.nsqlookupd_tcp_addresses)
                 if self.replication is not None:
                     await root.start(self.replication.run, name="replication")
@@ -401,31 +406,52 @@ class NSQD:
                     )
                 task_status.started(self)
                 await self._exit.wait()
-                log.info("NSQ: closing TCP listener and %d clients", len(self.clients))
                 clients.cancel_scope.cancel()
-            self._close_topics()
-            if not await self.disk_syncer.close():
-                self.exit_errors.append("the final sync of the disk queues failed")
+            self._log_servers_closed()
+            # Go's order: nsqd.dat, then the topics (and nsqd.dat again if it changed since).
             # A rewrite that fails loses something only if the file lacked a change.
             unwritten = self.metadata.pending
             await self.metadata.write()
+            self._close_topics()
+            if not await self.disk_syncer.close():
+                self.exit_errors.append("the final sync of the disk queues failed")
+            if self.metadata.pending:
+                unwritten = True
+                await self.metadata.write()
             if unwritten and self.metadata.error is not None:
                 self.exit_errors.append(
                     f"failed to persist metadata - {go_error_text(self.metadata.error)}"
                 )
+            log.info("NSQ: stopping subsystems")
             root.cancel_scope.cancel()
+        # Go's queue scan and lookup loops (and statsd's) say so as they end.
+        log.info("QUEUESCAN: closing")
+        log.info("LOOKUP: closing")
+        if self.options.statsd_address:
+            log.info("STATSD: closing")
         log.info("NSQ: bye")
 
-    async def _start_http(self, nursery: trio.Nursery) -> None:
+    def _log_servers_closed(self) -> None:
+        """Go's TCP and HTTP(S) servers' last lines, once their connections are done."""
+        log.info("TCP: closing %s", _format_address(self.tcp_address))
+        if self.http_address is not None:
+            log.info("HTTP: closing %s", _format_address(self.http_address))
+        if self.https_address is not None:
+            log.info("HTTPS: closing %s", _format_address(self.https_address))
+
+    async def _start_http(self, nursery: trio.Nursery, fd: int) -> None:
         self.http_address = await start_http(
-            nursery, functools.partial(serve_http, self), self.options.http_address
+            nursery, functools.partial(serve_http, self), self.options.http_address, fd=fd
         )
         log.info("HTTP: listening on %s", _format_address(self.http_address))
 
-    async def _start_https(self, nursery: trio.Nursery) -> None:
+    async def _start_https(self, nursery: trio.Nursery, fd: int) -> None:
         """The same API over TLS on --https-address (only with a certificate and key)."""
         self.https_address = await start_http(
-            nursery, functools.partial(serve_http, self, tls=True), self.options.https_address
+            nursery,
+            functools.partial(serve_http, self, tls=True),
+            self.options.https_address,
+            fd=fd,
         )
         log.info("HTTPS: listening on %s", _format_address(self.https_address))
 
@@ -461,11 +487,11 @@ class NSQD:
                 except OSError as err:
                     if err.errno not in _ACCEPT_CAPACITY_ERRNOS:
                         raise
-                    log.error(
-                        "TCP: accept returned %s (%s); retrying in %s seconds",
-                        errno.errorcode[err.errno],
-                        os.strerror(err.errno),
-                        _ACCEPT_RETRY,
+                    text = os.strerror(err.errno)
+                    log.warning(  # Go's words (it retries at once; this waits _ACCEPT_RETRY)
+                        "temporary Accept() failure - accept tcp %s: accept4: %s",
+                        _format_address(self.tcp_address),
+                        text[:1].lower() + text[1:],
                     )
                     await trio.sleep(_ACCEPT_RETRY)
                 else:
@@ -496,6 +522,7 @@ class NSQD:
         await self._exited.wait()
 
     def _close_topics(self) -> None:
+        log.info("NSQ: closing topics")
         lost = sum(topic.close() for topic in self.topics.values())
         if lost:
             why = f" ({self.health})" if self.health != "OK" else ""
@@ -503,46 +530,11 @@ class NSQD:
 
     # -- addresses and the data path ------------------------------------------------------
 
-    async def _open_tcp_listeners(self) -> list[trio.SocketListener]:
-        address = self.options.tcp_address
-        if _is_unix_path(address):
-            if os.path.exists(address):
-                os.unlink(address)
-            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            await sock.bind(address)
-            sock.listen(socket.SOMAXCONN)
-            return [trio.SocketListener(sock)]
-        host, port = split_host_port(address)
-        # trio sets SO_REUSEADDR, so a restart right after a kill can rebind the port.
-        return await trio.open_tcp_listeners(port, host=host or None)
-
-    def _lock_data_path(self) -> None:
-        try:
-            self._lock_fd = lock_data_path(self.fs, self.data_path)
-        except DataPathError as err:
-            raise StartupError(f"failed to instantiate nsqd - {err}") from err
-
-    async def _check_data_path(self) -> None:
-        """Refuse to start where a message could not be kept (data_path.py)."""
-        try:
-            await self.run_blocking(check_writable, self.fs, self.data_path)
-        except DataPathError as err:
-            raise StartupError(f"failed to instantiate nsqd - {err}") from err
-
     def _load_saved_topics(self) -> list[metadata.TopicMetadata]:
         try:
             return metadata.load(self.fs, self.metadata.path)
         except metadata.MetadataError as err:
             raise StartupError(f"failed to load metadata - {err}") from err
-
-    def _unlock_data_path(self) -> None:
-        if self._lock_fd is not None:
-            self.fs.unlock_dir(self._lock_fd)
-            self._lock_fd = None
-
-
-def _is_unix_path(address: str) -> bool:
-    return address.startswith("/") or address.startswith("./") or ":" not in address
 
 
 def _listener_address(listener: trio.SocketListener) -> tuple[str, int] | str:

@@ -58,6 +58,11 @@ class NSQLookupd:
         self._exited = trio.Event()
 
     @property
+    def exiting(self) -> bool:
+        """The shutdown has begun."""
+        return self._exit.is_set()
+
+    @property
     def tcp_port(self) -> int:
         return self.tcp_address[1] if self.tcp_address else 0
 
@@ -88,8 +93,11 @@ class NSQLookupd:
                 )
                 task_status.started(self)
                 await self._exit.wait()
-                log.info("TCP: closing %s", tcp)
                 nursery.cancel_scope.cancel()
+            # Go's servers' last lines, once their connections are done.
+            log.info("TCP: closing %s", tcp)
+            if self.http_address is not None:
+                log.info("HTTP: closing %s", format_address(*self.http_address))
         finally:
             for listener in listeners:
                 await trio.aclose_forcefully(listener)
@@ -103,13 +111,13 @@ class NSQLookupd:
             # trio sets SO_REUSEADDR, so a restart right after a kill can rebind the port.
             listeners = await trio.open_tcp_listeners(port, host=host or None)
         except (OSError, ValueError) as err:
-            raise listen_failed(address, err) from err
+            raise listen_failed(address, err, "nsqlookupd") from err
         self.tcp_address = _bound(listeners[0])
         return listeners
 
     async def _start_http(self, nursery: trio.Nursery) -> None:
         self.http_address = await start_http(
-            nursery, functools.partial(serve_http, self), self.options.http_address
+            nursery, functools.partial(serve_http, self), self.options.http_address, "nsqlookupd"
         )
 
     async def _handler(self, stream: trio.SocketStream) -> None:
