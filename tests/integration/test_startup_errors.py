@@ -96,6 +96,19 @@ ROWS = {
         "tls: failed to find any PEM data in certificate input",
         go="nsqd",
     ),
+    "nsqd-tls-root-ca-missing": Row(
+        "nsqd --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 --tls-root-ca-file={missing} "
+        "--data-path={tmp}",
+        "failed to instantiate nsqd - failed to build client TLS config - "
+        "open {missing}: no such file or directory",
+        go="nsqd",
+    ),
+    "nsqd-data-path-missing": Row(
+        "nsqd --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 --data-path={tmp}/missing",
+        "failed to instantiate nsqd - failed to lock data-path: "
+        "open {tmp}/missing: no such file or directory",
+        go="nsqd",
+    ),
     # -- nsqlookupd: Go prints the same error through a format bug ------------------------
     "nsqlookupd-tcp-taken": Row(
         "nsqlookupd --tcp-address={taken} --http-address=127.0.0.1:0",

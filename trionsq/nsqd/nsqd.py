@@ -41,6 +41,7 @@ from ..diskqueue import DiskSyncer
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.recovery import Recovered
 from ..diskqueue.syncer import BlockingRunner
+from ..goerrors import cert_pool_error
 from ..protocol.guid import GUIDFactory
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
@@ -339,6 +340,14 @@ class NSQD:
             raise StartupError(
                 f"failed to instantiate nsqd - failed to build TLS config - {reason}"
             ) from err
+        # Go's buildClientTLSConfig (the CA nsqd trusts as a client) reads the file whenever
+        # it is given, a certificate or not.
+        if self.options.tls_root_ca_file:
+            problem = cert_pool_error(self.options.tls_root_ca_file)
+            if problem is not None:
+                raise StartupError(
+                    f"failed to instantiate nsqd - failed to build client TLS config - {problem}"
+                )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
