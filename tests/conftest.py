@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.small_disk import small_disk  # noqa: F401 (a fixture for the disk-fault tests)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nsq conformance")

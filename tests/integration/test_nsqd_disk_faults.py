@@ -10,47 +10,14 @@ and nsqd recovers when space returns."""
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.conformance.nsq_conn import NSQConn
+from tests.small_disk import fill
 from trionsq.testing import DaemonProcess
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def fill(path: Path) -> Path:
-    """Take every free byte of the filesystem with one file."""
-    filler = path / "filler"
-    with open(filler, "wb") as f:
-        chunk = b"\0" * 65536
-        try:
-            while True:
-                f.write(chunk)
-                f.flush()
-        except OSError:
-            pass
-    return filler
 
 
 def http_client(daemon: DaemonProcess) -> httpx.Client:

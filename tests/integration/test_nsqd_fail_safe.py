@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 import trio
 
 from tests.nsqd_harness import Conn, start_nsqd
+from tests.small_disk import fill
 from trionsq.diskqueue.fs import O_CREAT, O_TRUNC, O_WRONLY, LocalFileSystem
 from trionsq.diskqueue.simulated import SimulatedDisk
 from trionsq.nsqd.nsqd import NSQD, StartupError
@@ -71,24 +73,6 @@ def immutable_dir(tmp_path: Path) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["chattr", "-i", str(path)], check=False)
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs (root only)."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_an_immutable_data_path_stops_start_up(immutable_dir: Path) -> None:
@@ -146,21 +130,6 @@ def test_a_locked_data_path_stops_start_up_in_gos_words(tmp_path: Path) -> None:
 # -- exit, as a process --------------------------------------------------------------------
 
 
-def fill(path: Path) -> Path:
-    """Take every free byte of the filesystem with one file."""
-    filler = path / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    chunk = b"\0" * 65536
-    try:
-        while True:
-            os.write(fd, chunk)  # short once nearly full, then ENOSPC
-    except OSError as err:
-        assert err.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-    return filler
-
-
 def test_messages_a_full_disk_refuses_at_exit_make_the_exit_status_1(small_disk: Path) -> None:
     topic = f"t{uuid.uuid4().hex[:8]}"
     with DaemonProcess("nsqd", data_path=str(small_disk)) as daemon:
@@ -170,6 +139,11 @@ def test_messages_a_full_disk_refuses_at_exit_make_the_exit_status_1(small_disk:
                 assert http.post(f"/pub?topic={topic}", content=b"kept in memory %d" % i).text == (
                     "OK"
                 )
+        # nsqd.dat names the topic before the disk fills (else its rewrite fails at exit too).
+        deadline = time.monotonic() + 10
+        while topic not in (small_disk / "nsqd.dat").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         fill(small_disk)
         assert daemon.terminate() == 1
         stderr = "".join(daemon.stderr_lines)
