@@ -201,7 +201,9 @@ async def test_nsqd_dat_with_invalid_names_skips_them(nursery, tmp_path):
 
 async def test_a_corrupt_nsqd_dat_stops_startup(tmp_path):
     (tmp_path / "nsqd.dat").write_text("{not json")
-    options = dataclasses.replace(NSQDOptions(), tcp_address="127.0.0.1:0", data_path=str(tmp_path))
+    options = dataclasses.replace(
+        NSQDOptions(), tcp_address="127.0.0.1:0", http_address="", data_path=str(tmp_path)
+    )
     with pytest.raises(StartupError, match="failed to load metadata"):
         await NSQD(options).run()
 

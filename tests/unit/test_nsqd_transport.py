@@ -19,12 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trionsq.nsqd.options import NSQDOptions
+from trionsq.nsqd.tls_config import build_server_context
 from trionsq.nsqd.transport import (
     DeflateStream,
     SnappyDecoder,
     SnappyStream,
     TransportError,
-    build_server_context,
     tls_stats,
 )
 

@@ -36,12 +36,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .. import NSQ_VERSION
-from ..daemon import StartupError, server_tls_error, start_http
+from ..daemon import StartupError, start_http
 from ..diskqueue import DiskSyncer
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.recovery import Recovered
 from ..diskqueue.syncer import BlockingRunner
-from ..goerrors import cert_pool_error
 from ..protocol.guid import GUIDFactory
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
@@ -61,7 +60,6 @@ from .protocol_v2 import handle_connection
 from .stats import snapshot
 from .statsd import statsd_loop
 from .topic import Topic
-from .transport import build_server_context
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -329,26 +327,6 @@ class NSQD:
 
     # -- running --------------------------------------------------------------------------
 
-    def _build_tls_context(self) -> None:
-        """Go's buildTLSConfig (see `build_server_context`): a file that cannot be used
-        stops nsqd."""
-        try:
-            self.tls_context = build_server_context(self.options)
-        except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-            opts = self.options
-            reason = server_tls_error(opts.tls_cert, opts.tls_key, opts.tls_root_ca_file, err)
-            raise StartupError(
-                f"failed to instantiate nsqd - failed to build TLS config - {reason}"
-            ) from err
-        # Go's buildClientTLSConfig (the CA nsqd trusts as a client) reads the file whenever
-        # it is given, a certificate or not.
-        if self.options.tls_root_ca_file:
-            problem = cert_pool_error(self.options.tls_root_ca_file)
-            if problem is not None:
-                raise StartupError(
-                    f"failed to instantiate nsqd - failed to build client TLS config - {problem}"
-                )
-
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until `request_exit`, then shut down in order."""
         # The data path locked and checked, the sockets listening (opening.py): as a program
@@ -364,7 +342,7 @@ class NSQD:
 
     async def _serve(self, opened: Opened, task_status: Any) -> None:
         """Start, serve, and run the ordered shutdown (the data path is locked)."""
-        self._build_tls_context()
+        self.tls_context = opened.tls_context
         saved_topics = self._load_saved_topics()
         if self.options.sync_ack:
             log.info("NSQ: --sync-ack: publishes are answered once fsynced")

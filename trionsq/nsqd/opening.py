@@ -1,6 +1,6 @@
-"""What nsqd does before its daemon code is imported, as Go's nsqd.New does before it serves:
-lock and check the data path, log the version, and open the TCP, HTTP and HTTPS listening
-sockets (plain `socket`, no trio).
+"""What nsqd does before its daemon code is imported, as Go's nsqd.New does before it serves,
+in its order: lock the data path, build the TLS context, log the version, check the data path
+(beyond Go) and open the TCP, HTTP and HTTPS listening sockets (plain `socket`, no trio).
 
 From then on the kernel queues connections, so a client that connects while trio, hypercorn
 and quart are still being imported (a few hundred ms) waits to be served rather than being
@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 from dataclasses import dataclass, field
 
 from ..daemon import StartupError, listen_failed
@@ -22,15 +23,18 @@ from ..version import build_description
 from .addresses import split_host_port
 from .data_path import DataPathError, check_writable, lock_data_path
 from .options import NSQDOptions
+from .tls_config import build_tls_context
 
 log = logging.getLogger("trionsq.nsqd")
 
 
 @dataclass
 class Opened:
-    """The locked data path and the listening sockets, until the daemon adopts them."""
+    """The locked data path, the TLS context and the listening sockets, until the daemon
+    adopts them."""
 
     lock_handle: int
+    tls_context: ssl.SSLContext | None = None
     tcp: list[socket.socket] = field(default_factory=list)
     http: socket.socket | None = None
     https: socket.socket | None = None
@@ -55,15 +59,16 @@ class Opened:
 
 
 def open_nsqd(options: NSQDOptions, fs: FileSystem, data_path: str) -> Opened:
-    """Lock and check `data_path`, log the version and ID, and listen where `options` say, in
-    Go's order; `StartupError` (Go's FATAL text) if any step fails (the lock and the sockets
-    are released then)."""
+    """Lock `data_path`, build the TLS context, log the version and ID, check the data path
+    and listen where `options` say, in Go's order; `StartupError` (Go's FATAL text) if any
+    step fails (the lock and the sockets are released then)."""
     try:
         lock_handle = lock_data_path(fs, data_path)
     except DataPathError as err:
         raise StartupError(f"failed to instantiate nsqd - {err}") from err
     opened = Opened(lock_handle)
     try:
+        opened.tls_context = build_tls_context(options)
         log.info("%s", build_description("nsqd"))
         log.info("ID: %d", options.node_id)
         try:
@@ -73,7 +78,7 @@ def open_nsqd(options: NSQDOptions, fs: FileSystem, data_path: str) -> Opened:
         opened.tcp = _listen_tcp(options.tcp_address)
         if options.http_address:
             opened.http = _listen_http(options.http_address)
-        if options.https_address and options.tls_cert and options.tls_key:
+        if options.https_address and opened.tls_context is not None:
             opened.https = _listen_http(options.https_address)
     except BaseException:
         opened.close_sockets()
