@@ -21,6 +21,9 @@ __all__ = [
     "key_pair_error",
     "listen_error",
     "open_error",
+    "os_error",
+    "os_error_text",
+    "path_error",
 ]
 
 _NO_SUCH_HOST = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
@@ -31,7 +34,7 @@ def host_port(host: str, port: int | str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _os_error(err: BaseException | None) -> OSError | None:
+def os_error(err: BaseException | None) -> OSError | None:
     """The first OSError carrying an errno in `err`, its causes and (trio's "all attempts to
     connect failed") exception groups."""
     seen: set[int] = set()
@@ -39,7 +42,7 @@ def _os_error(err: BaseException | None) -> OSError | None:
         seen.add(id(err))
         if isinstance(err, BaseExceptionGroup):
             for inner in err.exceptions:
-                found = _os_error(inner)
+                found = os_error(inner)
                 if found is not None:
                     return found
         elif isinstance(err, OSError) and isinstance(err.errno, int):
@@ -51,7 +54,7 @@ def _os_error(err: BaseException | None) -> OSError | None:
 def errno_text(err: BaseException) -> str:
     """Go's text of an OS error: its errno's C-library message with a lower-case first letter
     (``address already in use``), ``no such host`` for a name that does not resolve."""
-    found = _os_error(err)
+    found = os_error(err)
     if isinstance(found, socket.gaierror):
         if found.errno in _NO_SUCH_HOST:
             return "no such host"
@@ -83,10 +86,10 @@ def listen_error(address: str, err: BaseException, network: str = "tcp") -> str:
         problem = address_problem(address)
         if problem is not None:
             return f"listen tcp: {problem}"
-    if isinstance(_os_error(err), socket.gaierror):
+    if isinstance(os_error(err), socket.gaierror):
         host = address.rpartition(":")[0].strip("[]")
         return f"listen {network}: lookup {host}: {errno_text(err)}"
-    if _os_error(err) is None:
+    if os_error(err) is None:
         return f"listen {network} {address}: {err}"
     return f"listen {network} {address}: bind: {errno_text(err)}"
 
@@ -96,9 +99,9 @@ def dial_error(host: str, port: int, err: BaseException | None) -> str:
     ``dial tcp: lookup HOST: no such host``; `err` None or a bare TimeoutError: ``dial tcp
     ADDR: i/o timeout``)."""
     address = host_port(host, port)
-    if err is None or (isinstance(err, TimeoutError) and _os_error(err) is None):
+    if err is None or (isinstance(err, TimeoutError) and os_error(err) is None):
         return f"dial tcp {address}: i/o timeout"
-    if isinstance(_os_error(err), socket.gaierror):
+    if isinstance(os_error(err), socket.gaierror):
         return f"dial tcp: lookup {host}: {errno_text(err)}"
     return f"dial tcp {address}: connect: {errno_text(err)}"
 
@@ -107,7 +110,7 @@ def http_error(url: str, err: BaseException) -> str:
     """Go's http.Client error for a GET of `url` that could not connect
     (``Get "URL": dial tcp ADDR: connect: connection refused``); otherwise ``Get "URL": ``
     and the error's own text."""
-    if _os_error(err) is not None:
+    if os_error(err) is not None:
         parts = urllib.parse.urlsplit(url)
         default = 443 if parts.scheme == "https" else 80
         try:
@@ -118,9 +121,24 @@ def http_error(url: str, err: BaseException) -> str:
     return f'Get "{url}": {err}'
 
 
+def path_error(op: str, path: str, err: BaseException) -> str:
+    """Go's os.PathError: ``write PATH: read-only file system``."""
+    return f"{op} {path}: {errno_text(err)}"
+
+
 def open_error(path: str, err: BaseException) -> str:
     """Go's os.Open error: ``open PATH: no such file or directory``."""
-    return f"open {path}: {errno_text(err)}"
+    return path_error("open", path, err)
+
+
+def os_error_text(err: OSError) -> str:
+    """An OSError a file operation raised, in Go's words as near as Python tells: the
+    operation is not recorded, so a path error reads as the ``open`` it most often is."""
+    if err.filename2 is not None:
+        return f"rename {err.filename} {err.filename2}: {errno_text(err)}"
+    if err.filename is not None:
+        return open_error(str(err.filename), err)
+    return errno_text(err)
 
 
 def _read(path: str) -> bytes:

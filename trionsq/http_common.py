@@ -31,6 +31,7 @@ from hypercorn.trio import serve
 from quart import Response, g, request
 from quart_trio import QuartTrio
 
+from .goerrors import host_port
 from .options.goparse import format_duration
 
 __all__ = [
@@ -233,11 +234,7 @@ def log_access(log: logging.Logger, status: int, started_ns: int) -> None:
     if query_string:
         uri += "?" + query_string.decode("latin-1")
     client = scope.get("client")
-    if client:
-        host, port = client[0], client[1]
-        remote = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    else:
-        remote = ""
+    remote = host_port(client[0], client[1]) if client else ""
     log.info("%d %s %s (%s) %s", status, request.method, uri, remote, format_duration(elapsed))
 
 

@@ -6,11 +6,12 @@ formatted as Go's fmt prints them where Go's log lines print a struct or a map (
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections.abc import Iterable
 from typing import TextIO
+
+from .goerrors import errno_text, host_port
 
 __all__ = [
     "CLOSED_CONNECTION",
@@ -140,8 +141,7 @@ def go_net_error(stream: object, remote: str, op: str, cause: BaseException | st
         while os_error is not None and not isinstance(os_error, OSError):
             os_error = os_error.__cause__  # trio's errors wrap the OSError (TLS: twice)
         if isinstance(os_error, OSError) and os_error.errno:
-            text = os.strerror(os_error.errno)
-            reason = f"{op}: {text[:1].lower()}{text[1:]}"  # Go's errno texts are lower case
+            reason = f"{op}: {errno_text(os_error)}"
         elif type(cause).__name__ == "ClosedResourceError":  # trio's (not imported here)
             reason = CLOSED_CONNECTION
         else:
@@ -159,8 +159,7 @@ def go_net_error(stream: object, remote: str, op: str, cause: BaseException | st
         except OSError:
             name = None
         if isinstance(name, tuple):
-            host, port = name[0], name[1]
-            local = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            local = host_port(name[0], name[1])
         elif name:
             local = str(name)
     return f"{op} tcp {local}->{remote}: {reason}"

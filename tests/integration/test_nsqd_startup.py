@@ -64,21 +64,34 @@ def test_nsqd_listens_before_it_imports_the_daemon(tmp_path: Path) -> None:
     assert result.stdout.strip() == ""
 
 
-def test_a_connection_made_while_nsqd_starts_is_served(tmp_path: Path) -> None:
-    tcp_port, http_port = free_ports(2)
-    proc = subprocess.Popen(
+def start_nsqd(
+    data_path: Path,
+    tcp_port: int,
+    http_port: int,
+    *python_flags: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    """`trionsq nsqd` on these ports, its stderr piped."""
+    return subprocess.Popen(
         [
             sys.executable,
+            *python_flags,
             "-m",
             "trionsq",
             "nsqd",
             f"--tcp-address=127.0.0.1:{tcp_port}",
             f"--http-address=127.0.0.1:{http_port}",
-            f"--data-path={tmp_path}",
+            f"--data-path={data_path}",
         ],
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
+
+
+def test_a_connection_made_while_nsqd_starts_is_served(tmp_path: Path) -> None:
+    tcp_port, http_port = free_ports(2)
+    proc = start_nsqd(tmp_path, tcp_port, http_port)
     try:
         with connect_when_listening(tcp_port) as sock:
             sock.sendall(MAGIC_V2 + pub("early", b"queued by the kernel"))
@@ -97,22 +110,7 @@ def test_a_plain_nsqd_imports_no_opt_in_feature(tmp_path: Path) -> None:
     the common HTTP routes, none of the opt-in features' modules is among them."""
     tcp_port, http_port = free_ports(2)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "trionsq",
-            "nsqd",
-            f"--tcp-address=127.0.0.1:{tcp_port}",
-            f"--http-address=127.0.0.1:{http_port}",
-            f"--data-path={tmp_path}",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    proc = start_nsqd(tmp_path, tcp_port, http_port, "-X", "importtime", env=env)
     try:
         with connect_when_listening(tcp_port) as sock:
             sock.sendall(MAGIC_V2 + pub("t", b"x") + b"SUB t c\nRDY 1\n")

@@ -12,7 +12,7 @@ import errno
 import os
 
 from ..diskqueue.fs import O_CREAT, O_TRUNC, O_WRONLY, FileSystem
-from ..goerrors import errno_text
+from ..goerrors import errno_text, open_error, path_error
 
 #: The file the check writes and removes (beside nsqd.dat; a crash may leave it, harmlessly).
 CHECK_FILE_NAME = "nsqd.dat.write-check.tmp"
@@ -22,21 +22,6 @@ _CHECK_DATA = b"\0" * 4096
 
 class DataPathError(Exception):
     """The data path cannot be used; the message is the FATAL line's text."""
-
-
-def go_os_error(op: str, path: str, err: OSError) -> str:
-    """An OSError as Go's os.PathError prints it: ``open /x: permission denied``."""
-    return f"{op} {path}: {errno_text(err)}"
-
-
-def go_error_text(err: OSError) -> str:
-    """An OSError raised by a file operation, in Go's words as near as Python tells: the
-    operation is not recorded, so a path error reads as the ``open`` it most often is."""
-    if err.filename2 is not None:
-        return f"rename {err.filename} {err.filename2}: {errno_text(err)}"
-    if err.filename is not None:
-        return go_os_error("open", str(err.filename), err)
-    return errno_text(err)
 
 
 def lock_data_path(fs: FileSystem, path: str) -> int:
@@ -50,7 +35,7 @@ def lock_data_path(fs: FileSystem, path: str) -> int:
                 "(possibly in use by another instance of nsqd)"
             )
         else:
-            reason = go_os_error("open", path, err)
+            reason = open_error(path, err)
         raise DataPathError(f"failed to lock data-path: {reason}") from err
 
 
@@ -78,7 +63,7 @@ def check_writable(fs: FileSystem, path: str) -> None:
         name = errno.errorcode.get(err.errno or 0)
         suffix = f" ({name})" if name else ""
         raise DataPathError(
-            f"data-path {path} is not writable - {go_os_error(step, target, err)}{suffix}"
+            f"data-path {path} is not writable - {path_error(step, target, err)}{suffix}"
         ) from err
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import struct
 from collections.abc import Iterable
@@ -28,6 +27,7 @@ from urllib.parse import quote_plus
 import trio
 
 from .. import NSQ_VERSION
+from ..goerrors import dial_error, os_error
 from ..logs import go_net_error, go_struct
 from ..protocol.names import is_ephemeral
 from .addresses import split_host_port
@@ -78,25 +78,6 @@ def _params(topic: str, channel: str | None) -> bytes:
 def _text(command: bytes) -> str:
     """A command as go-nsq's Command.String() prints it: its line (``REGISTER t c``)."""
     return command.split(b"\n", 1)[0].decode("utf-8", "replace")
-
-
-def _first_errno(err: BaseException) -> int:
-    """The errno of the OSError behind `err` (trio's connect failures wrap them in a group)."""
-    todo: list[BaseException] = [err]
-    seen: set[int] = set()
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno:
-            return current.errno
-        if isinstance(current, BaseExceptionGroup):
-            todo.extend(current.exceptions)
-        for linked in (current.__cause__, current.__context__):
-            if linked is not None:
-                todo.append(linked)
-    return 0
 
 
 class LookupPeer:
@@ -152,15 +133,11 @@ class LookupPeer:
         ``dial tcp ...: connect: connection refused``)."""
         stream = self._stream
         if stream is None:
-            reason = "i/o timeout"
-            errno_ = _first_errno(err)
-            if errno_:
-                text = os.strerror(errno_)
-                reason = f"connect: {text[:1].lower()}{text[1:]}"
-            return f"dial tcp {self.address}: {reason}"
+            host, port = split_host_port(self.address)
+            return dial_error(host, port, err if os_error(err) is not None else None)
         if isinstance(err, trio.TooSlowError):
             return go_net_error(stream, self.address, "read", "i/o timeout")
-        if isinstance(err, LookupPeerError) or not _first_errno(err):
+        if isinstance(err, LookupPeerError) or os_error(err) is None:
             return str(err) or type(err).__name__
         return go_net_error(stream, self.address, "write", err)
 

@@ -38,8 +38,8 @@ from .. import NSQ_VERSION
 from ..diskqueue.files import write_file_atomically
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.syncer import BlockingRunner
+from ..goerrors import os_error_text
 from ..protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
-from .data_path import go_error_text
 from .dead_letter import Limits, limits_from_json
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def load(fs: FileSystem, path: str) -> list[TopicMetadata]:
     except FileNotFoundError:
         return []
     except OSError as err:
-        raise MetadataError(f"failed to read metadata from {path} - {go_error_text(err)}") from err
+        raise MetadataError(f"failed to read metadata from {path} - {os_error_text(err)}") from err
     try:
         raw = json.loads(data)
         topics = [_topic(t) for t in (raw.get("topics") or [])]
@@ -346,7 +346,7 @@ class MetadataWriter:
                     )
                 )
             except OSError as err:
-                log.error("failed to persist metadata - %s", go_error_text(err))
+                log.error("failed to persist metadata - %s", os_error_text(err))
                 self.error = err
             else:
                 self.error = None

@@ -41,6 +41,7 @@ from ..diskqueue import DiskSyncer
 from ..diskqueue.fs import LOCAL, FileSystem
 from ..diskqueue.recovery import Recovered
 from ..diskqueue.syncer import BlockingRunner
+from ..goerrors import errno_text, os_error_text
 from ..protocol.guid import GUIDFactory
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
@@ -48,7 +49,6 @@ from . import metadata
 from .backend import Backend, DiscardBackend, DiskBackend, recover_queues
 from .bounds import LimitOverride
 from .client_v2 import ClientV2
-from .data_path import go_error_text
 from .dead_letter_names import DeadLetterNames
 from .heartbeats import Heartbeats
 from .http_api import serve_http
@@ -367,7 +367,7 @@ class NSQD:
             self._load_metadata(saved_topics)
             await self.metadata.write()
             if self.metadata.error is not None:
-                err = go_error_text(self.metadata.error)
+                err = os_error_text(self.metadata.error)
                 raise StartupError(f"failed to persist metadata - {err}")
             await root.start(self.metadata.run, name="metadata-writer")
             await root.start(self.memory_trimmer.run, name="memory-trimmer")
@@ -377,9 +377,10 @@ class NSQD:
                 for listener in listeners:
                     clients.start_soon(self._accept, listener, clients, name="tcp-listener")
                 if opened.http is not None:
-                    await self._start_http(clients, opened.adopt_http())
-                if self.tls_context is not None and opened.https is not None:
-                    await self._start_https(clients, opened.adopt_https())
+                    self.http_address = await self._start_http(clients, opened.adopt_http())
+                if opened.https is not None:  # opened only with a TLS context
+                    fd = opened.adopt_http(tls=True)
+                    self.https_address = await self._start_http(clients, fd, tls=True)
                 self.lookup.start(root, self.options.nsqlookupd_tcp_addresses)
                 if self.replication is not None:
                     await root.start(self.replication.run, name="replication")
@@ -407,7 +408,7 @@ class NSQD:
                 await self.metadata.write()
             if unwritten and self.metadata.error is not None:
                 self.exit_errors.append(
-                    f"failed to persist metadata - {go_error_text(self.metadata.error)}"
+                    f"failed to persist metadata - {os_error_text(self.metadata.error)}"
                 )
             log.info("NSQ: stopping subsystems")
             root.cancel_scope.cancel()
@@ -426,21 +427,19 @@ class NSQD:
         if self.https_address is not None:
             log.info("HTTPS: closing %s", _format_address(self.https_address))
 
-    async def _start_http(self, nursery: trio.Nursery, fd: int) -> None:
-        self.http_address = await start_http(
-            nursery, functools.partial(serve_http, self), self.options.http_address, fd=fd
-        )
-        log.info("HTTP: listening on %s", _format_address(self.http_address))
-
-    async def _start_https(self, nursery: trio.Nursery, fd: int) -> None:
-        """The same API over TLS on --https-address (only with a certificate and key)."""
-        self.https_address = await start_http(
+    async def _start_http(
+        self, nursery: trio.Nursery, fd: int, *, tls: bool = False
+    ) -> tuple[str, int]:
+        """The API on its listening socket `fd`: HTTP, or over TLS on --https-address (only
+        with a certificate and key); the bound address."""
+        address = await start_http(
             nursery,
-            functools.partial(serve_http, self, tls=True),
-            self.options.https_address,
+            functools.partial(serve_http, self, tls=tls),
+            self.options.https_address if tls else self.options.http_address,
             fd=fd,
         )
-        log.info("HTTPS: listening on %s", _format_address(self.https_address))
+        log.info("%s: listening on %s", "HTTPS" if tls else "HTTP", _format_address(address))
+        return address
 
     @property
     def auth_enabled(self) -> bool:
@@ -474,11 +473,10 @@ class NSQD:
                 except OSError as err:
                     if err.errno not in _ACCEPT_CAPACITY_ERRNOS:
                         raise
-                    text = os.strerror(err.errno)
                     log.warning(  # Go's words (it retries at once; this waits _ACCEPT_RETRY)
                         "temporary Accept() failure - accept tcp %s: accept4: %s",
                         _format_address(self.tcp_address),
-                        text[:1].lower() + text[1:],
+                        errno_text(err),
                     )
                     await trio.sleep(_ACCEPT_RETRY)
                 else:

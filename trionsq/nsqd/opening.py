@@ -39,16 +39,16 @@ class Opened:
     http: socket.socket | None = None
     https: socket.socket | None = None
 
-    def adopt_http(self) -> int:
-        """The HTTP socket's descriptor, given up to the HTTP server (hypercorn's ``fd://``)."""
-        assert self.http is not None
-        fd, self.http = self.http.detach(), None
-        return fd
-
-    def adopt_https(self) -> int:
-        assert self.https is not None
-        fd, self.https = self.https.detach(), None
-        return fd
+    def adopt_http(self, *, tls: bool = False) -> int:
+        """The HTTP (`tls`: HTTPS) socket's descriptor, given up to the HTTP server
+        (hypercorn's ``fd://``)."""
+        sock = self.https if tls else self.http
+        assert sock is not None
+        if tls:
+            self.https = None
+        else:
+            self.http = None
+        return sock.detach()
 
     def close_sockets(self) -> None:
         """Close the sockets not adopted (nsqd did not get as far)."""
