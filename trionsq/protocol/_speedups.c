@@ -366,6 +366,90 @@ static PyObject *scan_log_ids(PyObject *module, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(Nn)", ids, pos);
 }
 
+/* CRC-32C (Castagnoli), the checksum of the replication log's and the disk queues' records
+ * (trionsq/protocol/crc32c.py has the same in Python and the interface): the SSE4.2
+ * instruction where the CPU has it (~10 GB/s), a table otherwise. */
+#include <stdint.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_SSE42_PATH 1
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const unsigned char *p,
+                                                               Py_ssize_t n) {
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        c = _mm_crc32_u64(c, word);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n-- > 0) {
+        c32 = _mm_crc32_u8(c32, *p++);
+    }
+    return c32;
+}
+#endif
+
+static uint32_t crc32c_table[256];
+static int crc32c_use_sse42 = 0;
+
+static void crc32c_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) {
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        }
+        crc32c_table[i] = c;
+    }
+#ifdef HAVE_SSE42_PATH
+    __builtin_cpu_init();
+    crc32c_use_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t crc32c_update(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
+    crc = ~crc;
+#ifdef HAVE_SSE42_PATH
+    if (crc32c_use_sse42) {
+        return ~crc32c_sse42(crc, p, n);
+    }
+#endif
+    while (n-- > 0) {
+        crc = crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    }
+    return ~crc;
+}
+
+PyDoc_STRVAR(crc32c_doc, "crc32c(data, crc=0, /) -> int: CRC-32C of data, continuing crc.");
+
+static PyObject *crc32c(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32c(data, crc=0)");
+        return NULL;
+    }
+    unsigned long start = 0;
+    if (nargs == 2) {
+        start = PyLong_AsUnsignedLong(args[1]);
+        if (start == (unsigned long)-1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    uint32_t crc;
+    if (view.len >= 4096) {
+        Py_BEGIN_ALLOW_THREADS crc = crc32c_update((uint32_t)start, view.buf, view.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc32c_update((uint32_t)start, view.buf, view.len);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 static PyMethodDef methods[] = {
     {"frame_mpub", (PyCFunction)(void (*)(void))frame_mpub, METH_FASTCALL, frame_mpub_doc},
     {"scan_fins", (PyCFunction)(void (*)(void))scan_fins, METH_FASTCALL, scan_fins_doc},
@@ -374,6 +458,7 @@ static PyMethodDef methods[] = {
     {"count_log_records", (PyCFunction)(void (*)(void))count_log_records, METH_FASTCALL,
      count_log_records_doc},
     {"scan_log_ids", (PyCFunction)(void (*)(void))scan_log_ids, METH_FASTCALL, scan_log_ids_doc},
+    {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, crc32c_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -386,6 +471,7 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
+    crc32c_init();
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) {
         return NULL;
