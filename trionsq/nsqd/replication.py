@@ -306,6 +306,8 @@ class Replication:
             return await replica.on_sync(sender, header)
         if kind == wire.WANT:
             return await replica.on_want(header, blob)
+        if kind == wire.ASK_DROPPED:
+            return await replica.on_ask_dropped(header, blob)
         raise wire.WireError(f"unexpected request {wire.NAMES.get(kind, kind)}")
 
     async def answer_forward(

@@ -98,10 +98,12 @@ async def catch_up(
     epoch: int,
     theirs: set[bytes],
     start: tuple[int, int] = (0, 0),
+    obsolete: set[bytes] | None = None,
 ) -> int | None:
     """Send `peer` the records of the log it lacks (their IDs are not in `theirs`; it lacks
     none before `start`, the log's generation and an offset), paced by its acknowledgements,
-    then make it a member (`TopicReplica.join_stream`). Returns how many records were sent, or
+    then make it a member (`TopicReplica.join_stream`: `obsolete`, what it holds that this
+    node dropped as finished everywhere, is finished for it). Returns how many records were sent, or
     None if it ended first (this node no longer leads `epoch`, the connection was lost, the
     topic closed)."""
     topic_log = replica.log
@@ -137,7 +139,7 @@ async def catch_up(
             replica.flush()  # what was accepted is in the file, or it would be missed
             end = topic_log.bytes
             if offset >= end and state.unacked_bytes <= window // 2:
-                replica.join_stream(peer, epoch, state, theirs)
+                replica.join_stream(peer, epoch, state, obsolete or set())
                 return sent
             if offset >= end or (state.unacked and state.unacked_bytes + chunk > window):
                 if state.unacked and trio.current_time() - state.progress_at > stalled:

@@ -1,7 +1,9 @@
 """A replicated topic's channel (docs/replication.md section 13): a `Channel` that does not
 deliver again what the replica set has finished elsewhere since the message was queued here
-(FINs merged from a member that joins: `skip_finished`), and that records the messages it
-moves to a dead-letter topic, or drops at their TTL, as finished for the replicas.
+(FINs merged from a member that joins: `skip_finished`), that records the messages it
+moves to a dead-letter topic, or drops at their TTL, as finished for the replicas, and that
+delivers nothing while its primary's lease has run out (checked before each batch: a primary
+resumed after a stop longer than the lease does not deliver before it steps down).
 
 Only a replicated topic's channels are of this class (`ReplicatedTopic.channel_class`): an
 ordinary channel's delivery path is unchanged. Its own costs one test per batch taken while
@@ -65,6 +67,9 @@ class ReplicatedChannel(Channel):
                 backend.release(message_id)
 
     def _take_queued(self, count: int) -> list[bytes]:
+        replica = self.replica
+        if replica is not None and not replica.may_deliver():
+            return []  # its lease ran out: it steps down at its topic's next tick
         frames = super()._take_queued(count)
         if self.skip and frames:
             frames = self._without_skipped(frames, count)

@@ -44,9 +44,11 @@ log = logging.getLogger("trionsq.nsqd")
 LOG_SUFFIX = ".replication.log"
 FIN_SUFFIX = ".replication.fin"
 EMPTIED_SUFFIX = ".replication.emptied"
+DROPPED_SUFFIX = ".replication.dropped"
 _HEAD = struct.Struct(">IQ")
 ID_SIZE = 16
-#: Dropped IDs remembered (in memory: forgotten at restart, which costs duplicates only).
+#: IDs compaction dropped that the dropped file keeps (the latest; 16 MiB of them): a member
+#: that was away longer, and still holds an older one unfinished, has it delivered again.
 DROPPED_MAX = 1_000_000
 #: Compaction runs once this many records are finished everywhere (and more than are live).
 COMPACT_MIN = 1000
@@ -323,6 +325,27 @@ def _read_ids(path: str) -> set[bytes]:
         return set(split_ids(f.read()))
 
 
+def remember_dropped(path: str, ids: set[bytes]) -> None:
+    """Append `ids` to the dropped file, fsynced; past 2 x DROPPED_MAX, keep the latest
+    DROPPED_MAX (blocking; the data directory is fsynced by the compaction's end)."""
+    if not ids:
+        return
+    with open(path, "ab") as f:
+        f.write(b"".join(ids))
+        f.flush()
+        os.fsync(f.fileno())
+        size = f.tell()
+    if size > 2 * DROPPED_MAX * ID_SIZE:
+        with open(path, "rb") as f:
+            f.seek(size - size % ID_SIZE - DROPPED_MAX * ID_SIZE)
+            kept = f.read(DROPPED_MAX * ID_SIZE)
+        with open(path + ".tmp", "wb") as f:
+            f.write(kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+
+
 def fsync_dir(path: str) -> None:
     """Make the directory's entries durable: a file created or renamed in it (blocking; a
     few per topic's lifetime: its files' creation and each compaction)."""
@@ -355,9 +378,11 @@ class ReplicationLog:
         self._fin_fds: dict[str, int] = {}
         self.dead = 0
         self.bytes = 0
-        #: IDs compaction dropped (finished by every channel), the latest DROPPED_MAX: a
-        #: member that still holds one is told it is finished rather than asked for it.
-        self.dropped: dict[bytes, None] = {}
+        #: The IDs compaction dropped (finished by every channel), the latest DROPPED_MAX,
+        #: on disk only (read when a peer holds an ID this log does not: `read_dropped`): a
+        #: member that still holds one is told it is finished rather than asked for it, and
+        #: a restart does not forget them.
+        self.dropped_path = os.path.join(data_path, topic + DROPPED_SUFFIX)
         #: IDs /topic/empty dropped: finished for every channel, present and future.
         self.emptied: set[bytes] = set()
         #: Readers that follow the file as it grows (a member's catch-up): no compaction
@@ -601,6 +626,13 @@ class ReplicationLog:
     def _emptied_path(self) -> str:
         return os.path.join(self.data_path, self.topic + EMPTIED_SUFFIX)
 
+    def read_dropped(self) -> set[bytes]:
+        """The IDs compaction dropped (blocking: a worker thread's work)."""
+        try:
+            return _read_ids(self.dropped_path)
+        except FileNotFoundError:
+            return set()
+
     def unfinished(self, channel: str) -> int:
         return self.count - len(self.finished.get(channel, ()))
 
@@ -743,13 +775,11 @@ class ReplicationLog:
         # as synced (--sync-ack): after a power failure the old files must not come back.
         fsync_dir(self.data_path)
         self._recount_dead()
-        dropped = self.dropped
-        gone = compaction.gone - held
-        dropped.update(dict.fromkeys(gone))
-        if len(dropped) > DROPPED_MAX:
-            for key in list(dropped)[: len(dropped) - DROPPED_MAX]:
-                del dropped[key]
-        log.debug("REPLICATION(%s): log compacted, %d records dropped", self.topic, len(gone))
+        log.debug(
+            "REPLICATION(%s): log compacted, %d records dropped",
+            self.topic,
+            len(compaction.gone - held),
+        )
         return True
 
     def close(self) -> None:
@@ -767,7 +797,7 @@ class ReplicationLog:
         self.close()
         for channel in list(self.finished):
             self.delete_channel(channel)
-        for path in (self.path, self._emptied_path()):
+        for path in (self.path, self._emptied_path(), self.dropped_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -788,6 +818,7 @@ class Compaction:
         fin_paths: dict[str, str],
     ) -> None:
         self.gone = gone
+        self.dropped_path = log.dropped_path
         self.source = log.snapshot()
         self.tmp = log.path + ".tmp"
         #: The new log file (appended; the log's descriptor once it replaces the old one).
@@ -820,6 +851,10 @@ class Compaction:
                 os.fsync(f.fileno())
             self.fin_tmps[channel] = tmp
         self._fins = {}
+        # Before the new files replace the old: what they leave out is remembered as dropped
+        # (an ID remembered for a compaction then abandoned is finished everywhere all the
+        # same).
+        remember_dropped(self.dropped_path, self.gone - held)
 
     def copy_tail(self, end: int) -> None:
         """The records appended to the old file since, up to `end`, to the new one, fsynced

@@ -27,8 +27,8 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import trio
 
@@ -76,6 +76,17 @@ FLUSH_AT = 64
 REBUILD_CHUNK = 256 * 1024
 
 _T = TypeVar("_T")
+
+
+class Merged(NamedTuple):
+    """A peer's state merged here (`TopicReplica.merge_from`)."""
+
+    #: The IDs the peer holds.
+    theirs: set[bytes]
+    #: Where in this node's log the first message the peer lacks is: (generation, offset).
+    start: tuple[int, int]
+    #: IDs the peer holds that this node dropped as finished everywhere.
+    obsolete: set[bytes]
 
 
 def epoch_text(epoch: int) -> str:
@@ -256,6 +267,8 @@ class TopicReplica:
         #: two-member set joins again (docs/replication.md section 8).
         self.doubled = False
         self.primary: int | None = None
+        #: The primary a candidate stopped hearing from (`_poll` does not wait for it).
+        self.primary_before: int | None = None
         now = trio.current_time()
         #: When the primary was last heard from (-inf: stand at once, a topic just created
         #: here by a publisher or consumer).
@@ -659,25 +672,22 @@ class TopicReplica:
             return None
         return parsed
 
-    async def merge_summary(
-        self, peer: Peer, header: dict[str, Any], blob: bytes
-    ) -> tuple[set[bytes], tuple[int, int]] | None:
+    async def merge_summary(self, peer: Peer, header: dict[str, Any], blob: bytes) -> Merged | None:
         """A peer's summary (a promise, a sync) merged here: its admin state, its messages
-        and FINs. Returns the IDs it holds and `merge_from`'s position; None if the summary
-        is malformed or the bodies could not be fetched."""
+        and FINs (`merge_from`). None if the summary is malformed or the bodies could not be
+        fetched."""
         summary = await self.read_summary(peer, header, blob)
         if summary is None:
             return None
         self.merge_admin(header.get("admin"), self.summary_emptied(header, blob))
-        start = await self.merge_from(peer, *summary)
-        return None if start is None else (summary[0], start)
+        return await self.merge_from(peer, *summary)
 
     async def merge_from(
         self, peer: Peer, ids: set[bytes], fins: dict[str, list[bytes]]
-    ) -> tuple[int, int] | None:
-        """Adopt a peer's messages and FINs (a promise or a sync): union. Returns where in
-        the log the first message the peer lacks is (the log's generation and an offset),
-        None if the bodies could not be fetched."""
+    ) -> Merged | None:
+        """Adopt a peer's messages and FINs (a promise or a sync): union. A message the peer
+        holds that this node's compaction dropped (finished by every channel here) is not
+        fetched: it is `obsolete` for the peer. None if the bodies could not be fetched."""
         async with self.merge_lock:
             generation = self.log.generation
             try:
@@ -687,8 +697,14 @@ class TopicReplica:
             except OSError as err:
                 log.error("REPLICATION(%s): failed to read the log - %s", self.name, err)
                 return None
-            dropped = self.log.dropped
-            missing = await self.repl.nsqd.run_blocking(_lacking, ids, held, dropped)
+            try:
+                missing, obsolete, ours_only = await self.repl.nsqd.run_blocking(
+                    _lacking, ids, held, self.log.read_dropped
+                )
+            except OSError as err:
+                log.error("REPLICATION(%s): failed to read the dropped IDs - %s", self.name, err)
+                return None
+            written = b""
             if missing:
                 answer = await peer.ask(
                     wire.WANT,
@@ -709,14 +725,42 @@ class TopicReplica:
                 written = self.log.append(records, known=held)
                 if written and self.sync_ack:
                     self.sync_wake.set()
-                if written and self.role == PRIMARY:
-                    # Messages only the peer had: served, and sent to the other members.
-                    records = decode_records(written)
-                    self.accepted += len(records)
-                    self.topic.deliver_records(records)
-                    self._stream(written)
+            # The peer's FINs before its messages are served: what it knows finished is not
+            # delivered again (a message this node had compacted away and forgotten, which
+            # the peer still holds as finished, would otherwise be).
             self._merge_fins(fins, held)
-            return generation, first_lacking
+            if ours_only:
+                theirs_dropped = await self._merge_dropped(peer, ours_only, held)
+                if theirs_dropped is None:
+                    return None
+                ids |= theirs_dropped  # not caught up with: it has no use for them
+            if written and self.role == PRIMARY:
+                # Messages only the peer had: served, and sent to the other members.
+                records = decode_records(written)
+                self.accepted += len(records)
+                self.topic.deliver_records(records)
+                self._stream(written)
+            return Merged(ids, (generation, first_lacking), obsolete)
+
+    async def _merge_dropped(
+        self, peer: Peer, ours_only: list[bytes], held: set[bytes]
+    ) -> set[bytes] | None:
+        """Ask the peer which of the messages this node holds and it does not its compaction
+        dropped (finished by every channel there), and finish those here for every channel:
+        a member that missed their FINs learns them from one that compacted them away.
+        Returns those IDs; None if the peer did not answer."""
+        answer = await peer.ask(
+            wire.ASK_DROPPED,
+            {"topic": self.name},
+            b"".join(ours_only),
+            timeout=self.repl.nsqd.options.replication_ack_timeout,
+        )
+        if answer is None or answer[0] != wire.DROPPED:
+            return None
+        finished = set(split_ids(answer[2])).intersection(ours_only)
+        if finished:
+            self._merge_fins({name: list(finished) for name in self.log.finished}, held)
+        return finished
 
     def _merge_fins(self, fins: dict[str, list[bytes]], held: set[bytes]) -> None:
         """A peer's finished sets, merged. As the primary, the messages they finish that a
@@ -754,6 +798,8 @@ class TopicReplica:
                 self.log.write_fins()
             except OSError as err:
                 log.error("REPLICATION(%s): failed to write FINs - %s", self.name, err)
+            if self.log.compaction_due():  # on every member: a replica's log is bounded too
+                self.repl.spawn(self._compact)
             if self.role == PRIMARY:
                 self._primary_tick(now)
             elif (
@@ -771,6 +817,11 @@ class TopicReplica:
         if now >= self.next_fins:
             self.flush_fins()
             self.next_fins = now + options.replication_fin_interval
+        # The lease first: a primary that was stopped (SIGSTOP, a stalled VM) for longer
+        # steps down before it sends anything in its old epoch.
+        if not self.lease_valid(now) and options.replication_degraded == "refuse":
+            self.step_down(self.epoch, "lease expired: no quorum acknowledged its heartbeats")
+            return
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + options.replication_heartbeat_interval
             frame = wire.encode(
@@ -779,9 +830,6 @@ class TopicReplica:
             )
             for peer in self.repl.peers:
                 peer.send(frame)
-        if not self.lease_valid(now) and options.replication_degraded == "refuse":
-            self.step_down(self.epoch, "lease expired: no quorum acknowledged its heartbeats")
-            return
         for peer in self.repl.peers:
             node_id = peer.node_id
             if (
@@ -792,8 +840,6 @@ class TopicReplica:
             ):
                 self.syncing.add(node_id)
                 self.repl.spawn(self._sync, peer, self.epoch)
-        if self.log.compaction_due():
-            self.repl.spawn(self._compact)
         for channel in self.topic.channels.values():
             if isinstance(channel, ReplicatedChannel) and channel.skip and channel.holds_nothing():
                 channel.skip.clear()  # what it skipped never came back (emptied, trimmed)
@@ -807,6 +853,13 @@ class TopicReplica:
     def leads(self, epoch: int) -> bool:
         """This node is still the primary of `epoch`, and the topic open."""
         return self.role == PRIMARY and self.epoch == epoch and not self.topic.exiting
+
+    def may_deliver(self) -> bool:
+        """Before each delivery batch of its channels (docs/replication.md section 8): a
+        primary delivers only while its lease holds (unless --replication-degraded=accept)."""
+        if self.role != PRIMARY or self.repl.nsqd.options.replication_degraded == "accept":
+            return True
+        return self.lease_valid(trio.current_time())
 
     def lease_valid(self, now: float) -> bool:
         options = self.repl.nsqd.options
@@ -843,7 +896,7 @@ class TopicReplica:
             merged = await self.merge_summary(peer, header, blob)
             if merged is None or not self.leads(epoch) or not peer.connected:
                 return
-            sent = await catch_up(self, peer, epoch, *merged)
+            sent = await catch_up(self, peer, epoch, merged.theirs, merged.start, merged.obsolete)
             if sent is not None:
                 log.info(
                     "REPLICATION(%s): node %d joins epoch %s (%d messages sent to it)",
@@ -855,7 +908,7 @@ class TopicReplica:
         finally:
             self.syncing.discard(node_id)
 
-    def join_stream(self, peer: Peer, epoch: int, state: CatchUp, theirs: set[bytes]) -> None:
+    def join_stream(self, peer: Peer, epoch: int, state: CatchUp, obsolete: set[bytes]) -> None:
         """The end of a catch-up (in the event loop, between two appends: the log's end was
         just sent): `peer` is a member from here on, sent the channels and the finished sets,
         then every message accepted."""
@@ -880,8 +933,6 @@ class TopicReplica:
                 )
             )
         # What it holds that this node dropped as finished everywhere: finished for it.
-        dropped = self.log.dropped
-        obsolete = [i for i in theirs if i in dropped] if dropped else []
         names = list(self.log.finished)
         fins = {n: [*self.log.finished[n], *obsolete] for n in names}
         peer.send(
@@ -905,54 +956,54 @@ class TopicReplica:
         connected = [p for p in self.repl.peers if p.connected]
         floor = self.floor_header()
         yes = 2 if force else 1
+        retry_after: list[float] = []
         if not force and len(connected) + 1 >= self.quorum:
-            async with trio.open_nursery() as nursery:
-                votes: list[bool] = []
 
-                async def ask(peer: Peer) -> None:
-                    answer = await peer.ask(
-                        wire.PREVOTE,
-                        {"topic": self.name, "epoch": proposed, **floor},
-                        timeout=timeout / 2,
-                    )
-                    votes.append(bool(answer and answer[1].get("yes")))
+            async def prevote(peer: Peer) -> bool:
+                answer = await peer.ask(
+                    wire.PREVOTE,
+                    {"topic": self.name, "epoch": proposed, **floor},
+                    timeout=timeout / 2,
+                )
+                if answer is None:
+                    return False
+                if not answer[1].get("yes"):
+                    after = answer[1].get("after")
+                    if isinstance(after, (int, float)) and 0 <= after <= timeout:
+                        retry_after.append(float(after))
+                    return False
+                return True
 
-                for peer in connected:
-                    nursery.start_soon(ask, peer)
-            yes += sum(votes)
+            yes += await self._poll(connected, prevote, self.quorum - yes)
         if yes < self.quorum or self.role != REPLICA or self.epoch >= proposed:
-            self._retry_later()
+            self._retry_later(max(retry_after) if retry_after else None)
             return False
         self.elections += 1
         self.epoch = proposed
         self.role = CANDIDATE
-        self.primary = None
+        self.primary_before, self.primary = self.primary, None
         await self.repl.persist(self.name)
         log.info("REPLICATION(%s): standing in epoch %s", self.name, epoch_text(proposed))
         promised = 2 if force else 1
-        async with trio.open_nursery() as nursery:
-            results: list[bool] = []
 
-            async def prepare(peer: Peer) -> None:
-                answer = await peer.ask(
-                    wire.PREPARE, {"topic": self.name, "epoch": proposed, **floor}, timeout=timeout
-                )
-                if answer is None or self.epoch != proposed or self.role != CANDIDATE:
-                    return
-                kind, header, blob = answer
-                if kind == wire.REFUSE:
-                    higher = int(header.get("epoch", 0))
-                    if higher > self.epoch:
+        async def prepare(peer: Peer) -> bool:
+            answer = await peer.ask(
+                wire.PREPARE, {"topic": self.name, "epoch": proposed, **floor}, timeout=timeout
+            )
+            if answer is None or self.epoch != proposed or self.role != CANDIDATE:
+                return False
+            kind, header, blob = answer
+            if kind == wire.REFUSE:
+                higher = int(header.get("epoch", 0))
+                if higher > self.epoch:
+                    with trio.CancelScope(shield=True):  # the epoch met is persisted
                         await self.adopt(higher, f"node {peer.node_id} promised a higher epoch")
-                    return
-                if kind != wire.PROMISE:
-                    return
-                if await self.merge_summary(peer, header, blob) is not None:
-                    results.append(True)
+                return False
+            if kind != wire.PROMISE:
+                return False
+            return await self.merge_summary(peer, header, blob) is not None
 
-            for peer in connected:
-                nursery.start_soon(prepare, peer)
-        promised += len(results)
+        promised += await self._poll(connected, prepare, self.quorum - promised)
         if self.role == CANDIDATE and self.epoch == proposed and promised >= self.quorum:
             self.doubled = force
             self.take_office()
@@ -963,13 +1014,48 @@ class TopicReplica:
         self._retry_later()
         return False
 
+    async def _poll(
+        self, peers: list[Peer], ask: Callable[[Peer], Awaitable[bool]], need: int
+    ) -> int:
+        """`ask` every peer at once; how many said yes, as soon as `need` have, or once
+        every peer has answered except the primary this node stopped hearing from (a primary
+        stopped or cut off by a partition keeps its connections open: waiting for its answer
+        to time out would add the request's timeout to the failover). A peer that had not
+        answered by then is asked no more (a promise arriving later is merged when the peer
+        joins the new epoch)."""
+        if need <= 0:
+            return 0
+        yes = 0
+        silent = self.primary_before if self.primary is None else self.primary
+        waiting = {id(peer) for peer in peers if peer.node_id is None or peer.node_id != silent}
+        if not waiting:  # only the silent primary can answer: its answer is needed
+            waiting = {id(peer) for peer in peers}
+        async with trio.open_nursery() as nursery:
+
+            async def one(peer: Peer) -> None:
+                nonlocal yes
+                if await ask(peer):
+                    yes += 1
+                waiting.discard(id(peer))
+                if yes >= need or not waiting:
+                    nursery.cancel_scope.cancel()
+
+            for peer in peers:
+                nursery.start_soon(one, peer)
+        return yes
+
     async def stand_alone(self) -> bool:
         """POST /topic/takeover: stand with this node's vote counted twice."""
         return await self._stand(force=True)
 
-    def _retry_later(self) -> None:
-        # Stand again after a short random pause (a concurrent candidate goes first).
-        self.stand_after = trio.current_time() + random.uniform(0.1, 0.6)
+    def _retry_later(self, after: float | None = None) -> None:
+        """Stand again after a short random pause (a concurrent candidate goes first), or
+        just after `after` seconds: when a member that said no to the pre-vote will have
+        stopped hearing from the primary for the failover timeout too."""
+        if after is None:
+            self.stand_after = trio.current_time() + random.uniform(0.1, 0.6)
+        else:
+            self.stand_after = trio.current_time() + after + random.uniform(0.01, 0.05)
 
     def take_office(self) -> None:
         self.flush()  # what waited in the outbox is in the log, served below
@@ -1186,12 +1272,14 @@ class TopicReplica:
         return True  # a candidate yields to a higher ballot
 
     def on_prevote(self, sender: int, header: dict[str, Any]) -> list[bytes]:
-        yes = self._may_promise(int(header["epoch"]))
-        return [
-            wire.encode(
-                wire.PREVOTE_REPLY, {"topic": self.name, "yes": yes, "rid": header.get("rid")}
-            )
-        ]
+        epoch = int(header["epoch"])
+        answer: dict[str, Any] = {"topic": self.name, "yes": self._may_promise(epoch)}
+        if not answer["yes"] and epoch > self.epoch and self.role == REPLICA:
+            # Not yet: it heard from the primary less than the failover timeout ago. When it
+            # will have, the candidate asks again (it need not wait for a random pause).
+            timeout = self.repl.nsqd.options.replication_failover_timeout
+            answer["after"] = max(0.0, self.last_heard + timeout - trio.current_time())
+        return [wire.encode(wire.PREVOTE_REPLY, {**answer, "rid": header.get("rid")})]
 
     async def on_prepare(self, sender: int, header: dict[str, Any]) -> list[bytes]:
         epoch = int(header["epoch"])
@@ -1216,6 +1304,21 @@ class TopicReplica:
         self.heard(sender)
         summary, blob = await self.summary()
         return [wire.encode(wire.SUMMARY, {**summary, "topic": self.name, "rid": rid}, blob)]
+
+    async def on_ask_dropped(self, header: dict[str, Any], blob: bytes) -> list[bytes]:
+        """Which of the IDs asked about this node's compaction dropped (`_merge_dropped`)."""
+        asked = split_ids(blob)
+
+        def dropped_of() -> bytes:
+            dropped = self.log.read_dropped()
+            return b"".join(i for i in asked if i in dropped)
+
+        try:
+            found = await self.repl.nsqd.run_blocking(dropped_of)
+        except OSError as err:
+            log.error("REPLICATION(%s): failed to read the dropped IDs - %s", self.name, err)
+            found = b""
+        return [wire.encode(wire.DROPPED, {"topic": self.name, "rid": header.get("rid")}, found)]
 
     async def on_want(self, header: dict[str, Any], blob: bytes) -> list[bytes]:
         ids = split_ids(blob)
@@ -1260,6 +1363,16 @@ def _joined_ids(snapshot: LogSnapshot) -> tuple[int, bytes]:
     return len(joined) // 16, joined
 
 
-def _lacking(ids: set[bytes], held: set[bytes], dropped: dict[bytes, None]) -> list[bytes]:
-    """The IDs of `ids` neither held nor dropped as finished everywhere."""
-    return [i for i in ids - held if i not in dropped]
+def _lacking(
+    ids: set[bytes], held: set[bytes], read_dropped: Callable[[], set[bytes]]
+) -> tuple[list[bytes], set[bytes], list[bytes]]:
+    """Of `ids` (a peer's): those this node lacks, those it dropped as finished everywhere
+    (the file of dropped IDs is read only if the peer holds any ID not held here); and the
+    IDs this node holds that the peer does not (blocking, a worker thread's work)."""
+    ours_only = list(held - ids)
+    theirs_only = ids - held
+    if not theirs_only:
+        return [], set(), ours_only
+    dropped = read_dropped()
+    obsolete = theirs_only & dropped
+    return [i for i in theirs_only if i not in obsolete], obsolete, ours_only

@@ -45,6 +45,9 @@ TOPIC = 17
 BARRIER, BARRIER_ACK = 18, 19
 FORWARD, FORWARD_REPLY = 20, 21
 DELETED = 22
+#: Which of these IDs (held by the asker, not by the peer) did the peer's compaction drop as
+#: finished everywhere: a merge learns what the peer finished and forgot.
+ASK_DROPPED, DROPPED = 23, 24
 #: Messages published to a replica, forwarded to the primary, and its answer
 #: (replication_forward.py).
 PUB_FORWARD, PUB_FORWARD_REPLY = 28, 29
