@@ -19,7 +19,7 @@ from tests.integration.test_replication import Cluster, Proxy, publish
 from tests.nsqd_harness import Conn
 from trionsq.nsqd import replication_wire as wire
 from trionsq.nsqd.nsqd import NSQD
-from trionsq.nsqd.replication_log import FIN_SUFFIX, LOG_SUFFIX, encode_frames
+from trionsq.nsqd.replication_log import FIN_SUFFIX, LOG_HEADER, LOG_SUFFIX, encode_frames
 from trionsq.nsqd.replication_topic import ReplicatedTopic, TopicReplica
 from trionsq.protocol import dpub, fin, mpub, pub, rdy, req, touch
 from trionsq.protocol.message import encode_new_frames, framed_id
@@ -232,7 +232,7 @@ def write_log(data_path: str, count: int) -> None:
         [b"message %d" % i for i in range(count)],
     )
     with open(os.path.join(data_path, TOPIC + LOG_SUFFIX), "wb") as f:
-        f.write(encode_frames(frames, 0))
+        f.write(LOG_HEADER + encode_frames(frames, 0))
     open(os.path.join(data_path, f"{TOPIC}:c{FIN_SUFFIX}"), "wb").close()
 
 

@@ -17,12 +17,14 @@ from hypothesis import strategies as st
 from trionsq.nsqd import replication_log as log_module
 from trionsq.nsqd.replication_log import (
     COMPACT_MIN,
+    ID_HEADER,
+    LOG_START,
     ReplicationLog,
     count_records,
     decode_records,
     encode_frames,
     encode_records,
-    read_chunk,
+    read_records,
     scan_ids,
     without_ids,
 )
@@ -72,12 +74,15 @@ def test_compiled_and_python_loops_agree(bodies: list[bytes], due: int, cut: int
     assert log_module.COMPILED_ENCODE_FRAMES(encoded, due) == blob
     assert blob == encode_records([(due, f) for f in encoded])
     assert log_module.COMPILED_SCAN_IDS is not None
-    for data in (blob, blob[: min(cut, len(blob))], blob[:cut] + b"\xff" * 12):
-        for minimum in (1, 42, 60):
+    flipped = bytearray(blob)
+    if flipped:
+        flipped[cut % len(flipped)] ^= 1 << (cut % 8)  # a record that fails its CRC
+    for data in (blob, blob[: min(cut, len(blob))], blob[:cut] + b"\xff" * 12, bytes(flipped)):
+        for minimum in (1, 46, 60):
             assert log_module.COMPILED_COUNT_RECORDS(
                 data, minimum
             ) == log_module._count_log_records(data, minimum)
-        for minimum in (42, 60):
+        for minimum in (46, 60):
             assert log_module.COMPILED_SCAN_IDS(data, minimum) == log_module._scan_log_ids(
                 data, minimum
             )
@@ -152,7 +157,7 @@ def test_malformed_stream_blob_is_refused_and_nothing_written(tmp_path: Path) ->
         log.append_encoded(blob[:-1])
     with pytest.raises(ValueError):
         count_records(b"\x00\x00\x00\x01" + b"\x00" * 8)
-    assert len(log) == 0 and os.path.getsize(log.path) == 0
+    assert len(log) == 0 and os.path.getsize(log.path) == LOG_START  # the header
     log.close()
 
 
@@ -165,7 +170,8 @@ def test_a_torn_record_is_cut_off_at_load(tmp_path: Path) -> None:
         f.write(encode_records(records(4, 1))[:-7])
     again = ReplicationLog(str(tmp_path), TOPIC)
     assert len(again) == 4 and list(again.records()) == whole
-    assert os.path.getsize(again.path) == len(encode_records(whole))
+    assert os.path.getsize(again.path) == LOG_START + len(encode_records(whole))
+    assert again.corrupt_records == 0 and not again.damaged  # torn: not corrupt
     again.close()
 
 
@@ -189,15 +195,17 @@ def test_a_log_larger_than_a_chunk_loads_a_chunk_at_a_time(
     with open(log.path, "ab") as f:
         f.write(encode_records(records(300, 1))[:-3])
     reads: list[int] = []
-    real_read_chunk = log_module.read_chunk
+    real_read_records = log_module.read_records
 
-    def counting_read_chunk(fd: int, offset: int, end: int, max_bytes: int) -> bytes:
-        data = real_read_chunk(fd, offset, end, max_bytes)
+    def counting_read_records(
+        fd: int, offset: int, end: int, max_bytes: int, found: Any = None
+    ) -> tuple[bytes, int]:
+        data, after = real_read_records(fd, offset, end, max_bytes, found)
         reads.append(len(data))
-        return data
+        return data, after
 
     monkeypatch.setattr(log_module, "SCAN_CHUNK", 1024)
-    monkeypatch.setattr(log_module, "read_chunk", counting_read_chunk)
+    monkeypatch.setattr(log_module, "read_records", counting_read_records)
     again = ReplicationLog(str(tmp_path), TOPIC)
     assert len(reads) > 10 and max(reads) == len(encode_records(big))
     assert len(again) == 301
@@ -206,7 +214,9 @@ def test_a_log_larger_than_a_chunk_loads_a_chunk_at_a_time(
     assert again.finished["b"] == ids_of(recs[100:250]) | emptied
     assert again.dead == 110  # finished by both
     assert again.emptied == emptied
-    assert os.path.getsize(again.path) == len(encode_records(recs[:150] + big + recs[150:]))
+    assert os.path.getsize(again.path) == LOG_START + len(
+        encode_records(recs[:150] + big + recs[150:])
+    )
     again.close()
 
 
@@ -238,7 +248,7 @@ def test_fins_reach_the_file_when_written_and_survive_a_reopen(tmp_path: Path) -
     fin_path = tmp_path / f"{TOPIC}:c.replication.fin"
     assert fin_path.stat().st_size == 0  # batched: not yet written
     log.write_fins()
-    assert fin_path.stat().st_size == 4 * 16
+    assert fin_path.stat().st_size == len(ID_HEADER) + 8 + 4 * 16  # header, one block
     assert log.unfinished("c") == 2
     log.close()
     again = ReplicationLog(str(tmp_path), TOPIC)
@@ -307,10 +317,21 @@ def test_read_chunk_returns_whole_records_at_least_one(tmp_path: Path) -> None:
     log.append(recs)
     size = len(encode_records(recs[:1]))
     snapshot = log.snapshot()
-    assert read_chunk(snapshot.fd, 0, log.bytes, 2 * size + 3) == encode_records(recs[:2])
-    assert read_chunk(snapshot.fd, size, log.bytes, 1) == encode_records(recs[1:2])
-    assert read_chunk(snapshot.fd, 0, 3 * size, 10 * size) == encode_records(recs[:3])
-    assert read_chunk(snapshot.fd, log.bytes, log.bytes, 100) == b""
+    at = LOG_START
+    assert read_records(snapshot.fd, at, log.bytes, 2 * size + 3) == (
+        encode_records(recs[:2]),
+        at + 2 * size,
+    )
+    assert read_records(snapshot.fd, at + size, log.bytes, 1) == (
+        encode_records(recs[1:2]),
+        at + 2 * size,
+    )
+    assert read_records(snapshot.fd, at, at + 3 * size, 10 * size) == (
+        encode_records(recs[:3]),
+        at + 3 * size,
+    )
+    assert read_records(snapshot.fd, log.bytes, log.bytes, 100) == (b"", log.bytes)
+    assert snapshot.chunk(0, log.bytes, 1) == (encode_records(recs[:1]), at + size)
     snapshot.close()
     blob = encode_records(recs)
     theirs = {framed_id(recs[1][1]), framed_id(recs[3][1])}
@@ -330,7 +351,8 @@ def test_a_snapshot_reads_the_log_as_it_was(tmp_path: Path) -> None:
     assert snapshot.records() == everything
     assert snapshot.ids() == ids_of(everything)
     held, first = snapshot.ids_and_first_lacking(ids_of(everything[:7]))
-    assert held == ids_of(everything) and first == len(encode_records(everything[:7]))
+    assert held == ids_of(everything)
+    assert first == LOG_START + len(encode_records(everything[:7]))
     assert snapshot.ids_and_first_lacking(ids_of(everything))[1] == snapshot.size
     snapshot.close()
     assert list(log.records()) == live + records(count, 3)
@@ -461,7 +483,7 @@ def test_the_directory_is_synced_after_files_are_created_or_replaced(
     assert log.compact_if_needed()
     assert len(synced) == 3
     after = synced[2]
-    assert after[log_name] == log.bytes == len(encode_records(live))  # the compacted file
+    assert after[log_name] == log.bytes == LOG_START + len(encode_records(live))  # compacted
     assert not [name for name in after if name.endswith(".tmp")]  # every rename made
     log.close()
     ReplicationLog(str(tmp_path), TOPIC).close()

@@ -282,7 +282,14 @@ class Replication:
             if name not in self.nsqd.topics and isinstance(epoch, int) and epoch < deleted:
                 answer = {"topic": name, "floor": deleted, "rid": header.get("rid")}
                 return [wire.encode(wire.DELETED, answer)]
-        creates = kind in (wire.PREVOTE, wire.PREPARE, wire.SYNC, wire.HEARTBEAT, wire.MSGS)
+        creates = kind in (
+            wire.PREVOTE,
+            wire.PREPARE,
+            wire.SYNC,
+            wire.HEARTBEAT,
+            wire.MSGS,
+            wire.ASK_SUMMARY,
+        )
         replica = self.replica_of(name, create=creates)
         if replica is None:
             return []
@@ -308,6 +315,8 @@ class Replication:
             return await replica.on_want(header, blob)
         if kind == wire.ASK_DROPPED:
             return await replica.on_ask_dropped(header, blob)
+        if kind == wire.ASK_SUMMARY:
+            return await replica.on_ask_summary(header)
         raise wire.WireError(f"unexpected request {wire.NAMES.get(kind, kind)}")
 
     async def answer_forward(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from . import replication_wire as wire
-from .replication_log import read_chunk, without_ids
+from .replication_log import LogSnapshot, without_ids
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -83,13 +83,13 @@ class CatchUp:
 
 
 def _lacking_chunk(
-    fd: int, offset: int, end: int, max_bytes: int, theirs: set[bytes]
+    reader: LogSnapshot, offset: int, end: int, max_bytes: int, theirs: set[bytes]
 ) -> tuple[bytes, int, int]:
     """The records of a chunk of the log whose IDs are not in `theirs`, how many, and where the
-    chunk ends (blocking)."""
-    data = read_chunk(fd, offset, end, max_bytes)
+    chunk ends (blocking; corrupt records are skipped)."""
+    data, after = reader.chunk(offset, end, max_bytes)
     kept, count = without_ids(data, theirs)
-    return kept, count, offset + len(data)
+    return kept, count, after
 
 
 async def catch_up(
@@ -154,7 +154,7 @@ async def catch_up(
             else:
                 try:
                     blob, count, offset = await nsqd.run_blocking(
-                        _lacking_chunk, reader.fd, offset, end, chunk, theirs
+                        _lacking_chunk, reader, offset, end, chunk, theirs
                     )
                 except (OSError, ValueError) as err:
                     log.error("REPLICATION(%s): failed to read the log - %s", replica.name, err)

@@ -209,7 +209,7 @@ class Peer:
                 await stream.send_all(MAGIC_V2 + identify(body))
                 frame_type, data = await _read_nsq_frame(stream)
             if frame_type != FRAME_TYPE_RESPONSE:
-                raise wire.WireError(f"IDENTIFY refused: {data.decode('utf-8', 'replace')}")
+                raise wire.WireError(wire.refusal(data.decode("utf-8", "replace")))
             try:
                 reply = json.loads(data)
             except ValueError:

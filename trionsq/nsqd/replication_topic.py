@@ -269,6 +269,8 @@ class TopicReplica:
         self.primary: int | None = None
         #: The primary a candidate stopped hearing from (`_poll` does not wait for it).
         self.primary_before: int | None = None
+        #: The members whose state a damaged log was repaired from so far (`_repair`).
+        self.repaired_from: set[int] = set()
         now = trio.current_time()
         #: When the primary was last heard from (-inf: stand at once, a topic just created
         #: here by a publisher or consumer).
@@ -802,6 +804,8 @@ class TopicReplica:
                 self.repl.spawn(self._compact)
             if self.role == PRIMARY:
                 self._primary_tick(now)
+            elif self.role == REPLICA and self.log.damaged:
+                await self._repair()  # before it may vote or stand
             elif (
                 self.role == REPLICA
                 and self.lookup_done
@@ -1044,6 +1048,33 @@ class TopicReplica:
                 nursery.start_soon(one, peer)
         return yes
 
+    async def _repair(self) -> None:
+        """The log lost records to corruption (`ReplicationLog.damaged`: messages this member
+        acknowledged may be gone from it): merge every other member's state (union: what it
+        lost comes back from those that hold it) before it may vote or stand. Until then it
+        answers no to pre-votes and refuses to promise; it still follows a primary's stream
+        (a primary that syncs it sends it what it lacks, too)."""
+        timeout = self.repl.nsqd.options.replication_ack_timeout
+        for peer in self.repl.peers:
+            node_id = peer.node_id
+            if not peer.connected or node_id is None or node_id in self.repaired_from:
+                continue
+            answer = await peer.ask(wire.ASK_SUMMARY, {"topic": self.name}, timeout=timeout)
+            if answer is None or answer[0] != wire.SUMMARY or self.role != REPLICA:
+                continue
+            if await self.merge_summary(peer, answer[1], answer[2]) is not None:
+                self.repaired_from.add(node_id)
+        if len(self.repaired_from) >= len(self.repl.peers):
+            log.warning(
+                "REPLICATION(%s): log repaired from nodes %s (%d corrupt records had been "
+                "moved aside): it may vote again",
+                self.name,
+                ", ".join(str(n) for n in sorted(self.repaired_from)),
+                self.log.corrupt_records,
+            )
+            self.log.damaged = False
+            self.repaired_from.clear()
+
     async def stand_alone(self) -> bool:
         """POST /topic/takeover: stand with this node's vote counted twice."""
         return await self._stand(force=True)
@@ -1082,10 +1113,17 @@ class TopicReplica:
         # chunk at a time); what is published from now on reaches them the ordinary way.
         nursery = self.repl.nsqd._nursery
         assert nursery is not None
+        # No compaction until the rebuild is done (`pins`), and none under way finishes: it
+        # would take what it drops out of the finished sets while the snapshot still holds
+        # them (the duplicate storms of issue 30).
+        self.log.cancel_compaction()
         try:
-            nursery.start_soon(self._rebuild, self.log.snapshot(), self.epoch)
+            snapshot = self.log.snapshot()
         except OSError as err:
             log.error("REPLICATION(%s): failed to read the log - %s", self.name, err)
+        else:
+            self.log.pins += 1
+            nursery.start_soon(self._rebuild, snapshot, self.epoch)
         lookup = self.repl.nsqd.lookup
         lookup.hidden.discard(self.name)
         if topic.channels:
@@ -1120,6 +1158,7 @@ class TopicReplica:
             log.error("REPLICATION(%s): failed to read the log - %s", self.name, err)
         finally:
             snapshot.close()
+            self.log.pins -= 1
 
     def step_down(self, epoch: int, why: str) -> None:
         """Become a replica (of `epoch`, if higher): stop serving, close the consumers'
@@ -1263,7 +1302,7 @@ class TopicReplica:
     def _may_promise(self, epoch: int) -> bool:
         now = trio.current_time()
         timeout = self.repl.nsqd.options.replication_failover_timeout
-        if epoch <= self.epoch:
+        if epoch <= self.epoch or self.log.damaged:
             return False
         if self.role == PRIMARY:
             return not self.lease_valid(now)
@@ -1274,7 +1313,8 @@ class TopicReplica:
     def on_prevote(self, sender: int, header: dict[str, Any]) -> list[bytes]:
         epoch = int(header["epoch"])
         answer: dict[str, Any] = {"topic": self.name, "yes": self._may_promise(epoch)}
-        if not answer["yes"] and epoch > self.epoch and self.role == REPLICA:
+        waiting = epoch > self.epoch and self.role == REPLICA and not self.log.damaged
+        if not answer["yes"] and waiting:
             # Not yet: it heard from the primary less than the failover timeout ago. When it
             # will have, the candidate asks again (it need not wait for a random pause).
             timeout = self.repl.nsqd.options.replication_failover_timeout
@@ -1304,6 +1344,12 @@ class TopicReplica:
         self.heard(sender)
         summary, blob = await self.summary()
         return [wire.encode(wire.SUMMARY, {**summary, "topic": self.name, "rid": rid}, blob)]
+
+    async def on_ask_summary(self, header: dict[str, Any]) -> list[bytes]:
+        """This node's state, for a member repairing its log (`_repair`): no side effect."""
+        summary, blob = await self.summary()
+        header = {**summary, "topic": self.name, "rid": header.get("rid")}
+        return [wire.encode(wire.SUMMARY, header, blob)]
 
     async def on_ask_dropped(self, header: dict[str, Any], blob: bytes) -> list[bytes]:
         """Which of the IDs asked about this node's compaction dropped (`_merge_dropped`)."""
@@ -1349,6 +1395,8 @@ class TopicReplica:
             "primary": self.repl.address_of(self.primary),
             "members": members,
             "log_messages": len(self.log),
+            "corrupt_records": self.log.corrupt_records,
+            "damaged": self.log.damaged,
             "under_replicated": self.under_replicated,
             "failovers": self.failovers,
             **self.forwarder.stats(),

@@ -14,13 +14,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import struct
 from typing import Any
 
 import trio
 
-VERSION = 2
+log = logging.getLogger("trionsq.nsqd")
+
+#: The replication protocol's version, in the IDENTIFY key: a member refuses a peer of another
+#: (members are upgraded together). 3: the log records that MSGS, BODIES and PUB_FORWARD
+#: carry end in a CRC-32C (replication_log.py).
+VERSION = 3
 #: The largest frame accepted (a summary of a large log or a batch of catch-up messages).
 MAX_FRAME = 256 * 1024 * 1024
 
@@ -48,6 +54,9 @@ DELETED = 22
 #: Which of these IDs (held by the asker, not by the peer) did the peer's compaction drop as
 #: finished everywhere: a merge learns what the peer finished and forgot.
 ASK_DROPPED, DROPPED = 23, 24
+#: A member whose log lost records to corruption asks each peer for its state (answered with
+#: a SUMMARY, without the side effects of a SYNC) and merges it before it may vote or stand.
+ASK_SUMMARY = 25
 #: Messages published to a replica, forwarded to the primary, and its answer
 #: (replication_forward.py).
 PUB_FORWARD, PUB_FORWARD_REPLY = 28, 29
@@ -177,11 +186,41 @@ class Inbound:
             raise WireError("replication peer failed the challenge")
 
 
+#: (node ID, version) of the peers of another version met (each logged once).
+_other_versions: set[tuple[Any, Any]] = set()
+
+
+def version_mismatch(node: Any, version: Any) -> str:
+    """Why a peer of another replication version is refused (the one line logged)."""
+    return (
+        f"unsupported replication version {version} (node {node}; this node speaks version "
+        f"{VERSION}): the members of a replica set must be upgraded together"
+    )
+
+
+def refusal(text: str) -> str:
+    """What a dialler logs of a peer's IDENTIFY error (an older trionsq says only
+    "unsupported replication version")."""
+    if (
+        "unsupported replication version" in text
+        and f"this node speaks version {VERSION}" not in text
+    ):
+        text += f" (this node speaks version {VERSION}: members must be upgraded together)"
+    return f"IDENTIFY refused: {text}"
+
+
 def check_identify_key(secret: str, node_id: int, raw: Any) -> tuple[Inbound, dict[str, Any]]:
     """Check a dialler's key; returns what to keep of it and the key of the reply. Raises
     WireError (the connection is refused with E_IDENTIFY_FAILED)."""
-    if not isinstance(raw, dict) or raw.get("version") != VERSION:
-        raise WireError("unsupported replication version")
+    if not isinstance(raw, dict):
+        raise WireError("bad replication key")
+    if raw.get("version") != VERSION:
+        why = version_mismatch(raw.get("node_id"), raw.get("version"))
+        key = (raw.get("node_id"), raw.get("version"))
+        if key not in _other_versions and len(_other_versions) < 64:  # retried every 2 s
+            _other_versions.add(key)
+            log.error("REPLICATION: refusing a peer - %s", why)
+        raise WireError(why)
     peer = raw.get("node_id")
     nonce = raw.get("nonce")
     if not isinstance(peer, int) or not isinstance(nonce, str):
@@ -205,6 +244,8 @@ def check_reply_key(secret: str, sent: dict[str, Any], raw: Any, node_id: int) -
     nsqd); returns the peer's node ID and the PROOF frame to send first."""
     if not isinstance(raw, dict):
         raise WireError("the peer does not replicate (no replication key in its IDENTIFY reply)")
+    if raw.get("version") != VERSION:
+        raise WireError(version_mismatch(raw.get("node_id"), raw.get("version")))
     peer = raw.get("node_id")
     challenge = raw.get("challenge")
     if not isinstance(peer, int) or not isinstance(challenge, str):

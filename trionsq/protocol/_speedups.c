@@ -200,11 +200,18 @@ static PyObject *scan_fins(PyObject *module, PyObject *const *args, Py_ssize_t n
 
 /* -- the replication log's records (trionsq/nsqd/replication_log.py) ----------------------
  *
- * A record is ``[4-byte length][8-byte due time][framed message]``, the length counting the
- * due time and the frame. Every message of a replicated topic is written as one, on the
- * primary and on each member, so these are per-message loops too.
+ * A record is ``[4-byte length][8-byte due time][framed message][4-byte CRC-32C]``, the
+ * length counting the due time, the frame and the CRC, the CRC covering the length, the due
+ * time and the frame (everything before it in the record). Every message of a replicated
+ * topic is written as one, on the primary and on each member, so these are per-message loops
+ * too: `encode_log_records` computes the CRC, `count_log_records` and `scan_log_ids` check it.
  */
 #define LOG_HEAD 12
+#define LOG_CRC 4
+/* The smallest length a record can have: its due time and its CRC. */
+#define LOG_LENGTH_MIN (8 + LOG_CRC)
+
+static uint32_t crc32c_update(uint32_t crc, const unsigned char *p, Py_ssize_t n);
 
 static void put_be64(unsigned char *p, unsigned long long v) {
     put_be32(p, (uint32_t)(v >> 32));
@@ -215,7 +222,7 @@ PyDoc_STRVAR(encode_log_records_doc,
 "encode_log_records(frames, due)\n"
 "--\n\n"
 "The log records of the message frames of the list `frames` (bytes), each with the due\n"
-"time `due` (Unix ns, 0: now), concatenated.");
+"time `due` (Unix ns, 0: now) and its CRC-32C, concatenated.");
 
 static PyObject *encode_log_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -241,11 +248,12 @@ static PyObject *encode_log_records(PyObject *module, PyObject *const *args, Py_
             return NULL;
         }
         Py_ssize_t size = PyBytes_GET_SIZE(frame);
-        if (size > 0xFFFFFFF0 - 8 || total > PY_SSIZE_T_MAX - LOG_HEAD - size) {
+        if (size > 0xFFFFFFF0 - LOG_LENGTH_MIN ||
+            total > PY_SSIZE_T_MAX - LOG_HEAD - LOG_CRC - size) {
             PyErr_SetString(PyExc_ValueError, "frame too large");
             return NULL;
         }
-        total += LOG_HEAD + size;
+        total += LOG_HEAD + size + LOG_CRC;
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL) {
@@ -255,25 +263,34 @@ static PyObject *encode_log_records(PyObject *module, PyObject *const *args, Py_
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *frame = PyList_GET_ITEM(frames, i);
         Py_ssize_t size = PyBytes_GET_SIZE(frame);
-        put_be32(p, (uint32_t)(size + 8));
+        put_be32(p, (uint32_t)(size + LOG_LENGTH_MIN));
         put_be64(p + 4, due);
         memcpy(p + LOG_HEAD, PyBytes_AS_STRING(frame), (size_t)size);
-        p += LOG_HEAD + size;
+        put_be32(p + LOG_HEAD + size, crc32c_update(0, p, LOG_HEAD + size));
+        p += LOG_HEAD + size + LOG_CRC;
     }
     return out;
 }
 
-/* The end of the whole log record at `pos` of `buf` (`n` bytes), or -1 if none is there: too
- * few bytes for its head, a length below `min_length`, or one running past the end. */
+static inline uint32_t get_be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+           (uint32_t)p[3];
+}
+
+/* The end of the whole, intact log record at `pos` of `buf` (`n` bytes), or -1 if none is
+ * there: too few bytes for its head, a length below `min_length` (or too small for the due
+ * time and the CRC), one running past the end, or a CRC that does not match. */
 static inline Py_ssize_t log_record_end(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos,
                                         Py_ssize_t min_length) {
     if (n - pos < LOG_HEAD) {
         return -1;
     }
     const unsigned char *p = buf + pos;
-    Py_ssize_t length = (Py_ssize_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
-                                     ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
-    if (length < min_length || n - pos - 4 < length) {
+    Py_ssize_t length = (Py_ssize_t)get_be32(p);
+    if (length < min_length || length < LOG_LENGTH_MIN || n - pos - 4 < length) {
+        return -1;
+    }
+    if (crc32c_update(0, p, length) != get_be32(p + length)) {
         return -1;
     }
     return pos + 4 + length;
@@ -297,8 +314,9 @@ static int log_args(const char *name, PyObject *const *args, Py_ssize_t nargs,
 PyDoc_STRVAR(count_log_records_doc,
 "count_log_records(buf, min_length)\n"
 "--\n\n"
-"How many whole log records `buf` holds from its start, and the offset after them: (count,\n"
-"pos). The count stops at a record whose length is below `min_length` or runs past the end.");
+"How many whole, intact log records `buf` holds from its start, and the offset after them:\n"
+"(count, pos). The count stops at a record whose length is below `min_length` (or 12) or\n"
+"runs past the end, or whose CRC-32C does not match.");
 
 static PyObject *count_log_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -333,7 +351,7 @@ static PyObject *scan_log_ids(PyObject *module, PyObject *const *args, Py_ssize_
     if (log_args("scan_log_ids", args, nargs, &min_length) < 0) {
         return NULL;
     }
-    if (min_length < LOG_HEAD - 4 + FRAME_PREFIX) {
+    if (min_length < LOG_HEAD - 4 + FRAME_PREFIX + LOG_CRC) {
         PyErr_SetString(PyExc_ValueError, "min_length too small to hold an ID");
         return NULL;
     }
