@@ -373,3 +373,36 @@ async def test_mem_queue_size_0_moves_messages_disk_to_disk_to_every_channel(nur
     assert (tmp_path / "t:one.diskqueue.000000.dat").read_bytes() == topic_records
     assert (tmp_path / "t:two.diskqueue.000000.dat").read_bytes() == topic_records
     assert topic.channels["one"].message_count == topic.channels["two"].message_count == 100
+
+
+async def test_a_record_damaged_on_disk_is_set_aside_counted_and_the_rest_delivered(
+    nursery, tmp_path
+):
+    """A flipped bit in a segment nsqd wrote is found by its checksum side file
+    (trionsq/diskqueue/checksums.py): that message is not delivered but moved to
+    ``t.diskqueue.bad``, /stats counts it, and every other message is delivered."""
+    from trionsq.diskqueue import checksums
+    from trionsq.nsqd.stats import snapshot
+
+    if not checksums.ENABLED:
+        pytest.skip("no compiled CRC-32C")
+    nsqd = await start_nsqd(nursery, str(tmp_path), mem_queue_size=0)
+    bodies = [b"message %03d" % i for i in range(50)]
+    await publish(nsqd, "t", bodies)
+    await stop(nsqd)
+    assert (tmp_path / "t.diskqueue.000000.crc").exists()
+    segment = tmp_path / "t.diskqueue.000000.dat"
+    data = bytearray(segment.read_bytes())
+    record = 4 + 26 + len(bodies[0])
+    data[17 * record + 4 + 26 + 3] ^= 0x04  # a bit of message 17's body
+    segment.write_bytes(bytes(data))
+    nsqd = await start_nsqd(nursery, str(tmp_path), mem_queue_size=0)
+    consumer = await Conn.consumer(nsqd, "t", "c", ready=100)
+    got = [m.body for m in await consumer.messages(49)]
+    await consumer.no_frame_for(0.2)
+    assert sorted(got) == bodies[:17] + bodies[18:]
+    (topic,) = snapshot(nsqd)["topics"]
+    assert topic["corrupt_count"] == 1
+    assert "corrupt_count" not in topic["channels"][0]
+    bad = (tmp_path / "t.diskqueue.bad").read_bytes()
+    assert bad[:4] == struct.pack(">I", 26 + len(bodies[0])) and bad[4 + 26 :] != bodies[17]

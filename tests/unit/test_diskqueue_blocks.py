@@ -111,15 +111,19 @@ def test_records_moved_undecoded_read_back_as_written(tmp_path: Path, pattern: s
 @pytest.mark.parametrize("bad", [0, 9, 50, 99])
 @pytest.mark.parametrize("how", ["too long", "zero", "one more", "256 more"])
 @pytest.mark.parametrize("raw", [False, True])
+@pytest.mark.parametrize("checked", [False, True])
 def test_a_corrupt_length_inside_a_run_is_found_where_it_is(
-    tmp_path: Path, bad: int, how: str, raw: bool
+    tmp_path: Path, bad: int, how: str, raw: bool, checked: bool
 ) -> None:
-    """Records from the bad one on are lost with their segment (.bad), as when read one by
-    one; none before it."""
+    """Without a side file (a segment as Go writes it), records from the bad one on are lost
+    with their segment (.bad), as when read one by one; none before it. With one, the bad
+    record alone is moved aside and every other is read."""
     frames = [_frame(n, 40) for n in range(100)]
     q = _queue(tmp_path)
     q.put_many(frames)
     q.close()
+    if not checked:
+        (tmp_path / f"{NAME}.diskqueue.000000.crc").unlink()
     size = 4 + 26 + 40
     segment = tmp_path / f"{NAME}.diskqueue.000000.dat"
     data = bytearray(segment.read_bytes())
@@ -133,7 +137,13 @@ def test_a_corrupt_length_inside_a_run_is_found_where_it_is(
         assert count == len(got)
     else:
         got = _take_all(q, 1000)
-    if how.endswith("more") and bad < 99:
+    if checked:
+        assert got == frames[:bad] + frames[bad + 1 :]
+        assert q.corrupt_records == 1
+        moved = (tmp_path / f"{NAME}.diskqueue.bad").read_bytes()
+        assert moved == struct.pack(">I", size - 4) + data[bad * size + 4 : (bad + 1) * size]
+        assert not (tmp_path / f"{NAME}.diskqueue.000000.dat.bad").exists()
+    elif how.endswith("more") and bad < 99:
         # A length that is in bounds but wrong: the records from there on are misread until
         # one is out of bounds (or the file ends); what came before is intact.
         assert got[:bad] == frames[:bad]

@@ -243,7 +243,12 @@ def test_data_file_bytes_are_go_records(tmp_path: Path) -> None:
     assert stat.S_IMODE(data_file.stat().st_mode) == 0o600
     q.sync_now()
     assert (tmp_path / "t.diskqueue.meta.dat").read_bytes() == (b"5\n0,0\n0,%d\n" % len(expected))
-    assert sorted(os.listdir(tmp_path)) == ["t.diskqueue.000000.dat", "t.diskqueue.meta.dat"]
+    # beside the segment, trionsq's checksum side file (which Go ignores)
+    assert sorted(os.listdir(tmp_path)) == [
+        "t.diskqueue.000000.crc",
+        "t.diskqueue.000000.dat",
+        "t.diskqueue.meta.dat",
+    ]
     q.close()
 
 
@@ -299,8 +304,13 @@ def test_go_written_directory_opens_and_reads_in_order(tmp_path: Path) -> None:
     q.sync_now()
     end = len(records[6]) + len(_record(_payload(extra)))
     assert (tmp_path / "g.diskqueue.meta.dat").read_text() == f"0\n6,{end}\n6,{end}\n"
-    # the finished files 4 and 5 are gone after the sync
-    assert sorted(os.listdir(tmp_path)) == ["g.diskqueue.000006.dat", "g.diskqueue.meta.dat"]
+    # the finished files 4 and 5 are gone after the sync; Go's write file got a side file for
+    # the records trionsq appended
+    assert sorted(os.listdir(tmp_path)) == [
+        "g.diskqueue.000006.crc",
+        "g.diskqueue.000006.dat",
+        "g.diskqueue.meta.dat",
+    ]
     q.close()
 
 
@@ -350,5 +360,9 @@ def test_metadata_never_points_at_the_end_of_a_finished_file(tmp_path: Path, tra
     meta, payloads = _read_go_dir(tmp_path, "t")
     assert meta == Metadata(2, 1, 0, 1, 2 * len(records[0]))
     assert payloads == [_payload(f) for f in frames[3:]]
-    assert sorted(os.listdir(tmp_path)) == ["t.diskqueue.000001.dat", "t.diskqueue.meta.dat"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "t.diskqueue.000001.crc",
+        "t.diskqueue.000001.dat",
+        "t.diskqueue.meta.dat",
+    ]
     q.close()

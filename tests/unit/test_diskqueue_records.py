@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trionsq.diskqueue import DiskQueue, frames_from_records
+from trionsq.diskqueue import DiskQueue, checksums, frames_from_records
 from trionsq.diskqueue import queue as dqqueue
 from trionsq.protocol.message import encode_message_frame
 
@@ -87,7 +87,11 @@ def test_take_records_across_read_chunks_and_segments(
     assert taken == frames and source.depth == 0
 
 
-def test_a_corrupt_segment_is_set_aside_and_the_records_after_it_move(tmp_path: Path) -> None:
+def test_a_corrupt_segment_is_set_aside_and_the_records_after_it_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without side files (segments as Go writes them), go-diskqueue's handling."""
+    monkeypatch.setattr(checksums, "ENABLED", False)
     frames = [_frame(n) for n in range(12)]
     source = _queue(tmp_path, "t", max_bytes=200)
     source.put_many(frames)
@@ -100,3 +104,32 @@ def test_a_corrupt_segment_is_set_aside_and_the_records_after_it_move(tmp_path: 
     assert (tmp_path / "t.diskqueue.000000.dat.bad").exists()
     assert frames_from_records(pieces) == frames[per_file:]
     assert count == len(frames) - per_file
+
+
+def test_a_record_failing_its_checksum_is_set_aside_and_the_others_move_with_their_slots(
+    tmp_path: Path,
+) -> None:
+    """With side files, only the damaged record is set aside; the others move undecoded with
+    their checksum slots, so the target's side file describes them without computing them
+    again, and the target reads them back checked."""
+    frames = [_frame(n) for n in range(12)]
+    source, target = _queue(tmp_path, "t", max_bytes=200), _queue(tmp_path, "t:c")
+    source.put_many(frames)
+    source.sync_now()
+    first = tmp_path / "t.diskqueue.000000.dat"
+    data = bytearray(first.read_bytes())
+    data[20] ^= 0x10  # a bit of record 0's payload
+    first.write_bytes(bytes(data))
+    pieces, count = source.take_records(100)
+    assert frames_from_records(pieces) == frames[1:]
+    assert count == len(frames) - 1
+    assert source.corrupt_records == 1
+    assert getattr(pieces, "units", None) is not None
+    assert len(pieces.units) == checksums.UNIT * count  # type: ignore[attr-defined]
+    target.put_records(pieces, count)
+    target.close()
+    target = _queue(tmp_path, "t:c")
+    got = target.take(100)
+    assert got == frames[1:]
+    assert target.corrupt_records == 0
+    target.close()

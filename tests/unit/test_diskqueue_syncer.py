@@ -240,6 +240,7 @@ async def test_deleted_queue_is_closed_and_forgotten(
         await _settle()
         await syncer.close()
         assert sorted(os.listdir(tmp_path)) == [
+            "other.diskqueue.000000.crc",
             "other.diskqueue.000000.dat",
             "other.diskqueue.meta.dat",
         ]
@@ -328,7 +329,11 @@ async def test_finished_segments_are_deleted_after_a_failed_sync_is_retried(
         await _settle()
         assert syncer.rounds == 3
         assert _meta(tmp_path) == f"0\n2,{REC}\n2,{REC}\n"
-        assert sorted(os.listdir(tmp_path)) == ["t.diskqueue.000002.dat", "t.diskqueue.meta.dat"]
+        assert sorted(os.listdir(tmp_path)) == [
+            "t.diskqueue.000002.crc",
+            "t.diskqueue.000002.dat",
+            "t.diskqueue.meta.dat",
+        ]
         nursery.cancel_scope.cancel()
 
 

@@ -4,7 +4,10 @@ A queue named ``N`` in ``data_path`` keeps its records in ``N.diskqueue.000000.d
 ``N.diskqueue.000001.dat``, ... and its positions in ``N.diskqueue.meta.dat``, whose text is
 ``"depth\\nreadFileNum,readPos\\nwriteFileNum,writePos\\n"`` (reference §7). trionsq adds
 ``N.diskqueue.deferred.dat`` (due times of messages written at shutdown) and
-``N.diskqueue.deferred.log`` (deferred.py) beside them, which Go nsqd ignores.
+``N.diskqueue.deferred.log`` (deferred.py), ``N.diskqueue.000000.crc``, ... (the checksums of
+the segments it writes, checksums.py) and ``N.diskqueue.bad`` (records that failed their
+checksum) beside them, which Go nsqd ignores: it opens its files by name and never lists the
+directory.
 
 Every function takes the file system to use (fs.py), so that tests can run them on a
 simulated disk.
@@ -30,6 +33,16 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 def data_file_name(data_path: str, name: str, file_num: int) -> str:
     return os.path.join(data_path, f"{name}.diskqueue.{file_num:06d}.dat")
+
+
+def side_file_name(data_path: str, name: str, file_num: int) -> str:
+    """trionsq's checksum side file of segment `file_num` (checksums.py)."""
+    return os.path.join(data_path, f"{name}.diskqueue.{file_num:06d}.crc")
+
+
+def bad_records_file_name(data_path: str, name: str) -> str:
+    """Where records that fail their checksum are moved (go-diskqueue records, appended)."""
+    return os.path.join(data_path, f"{name}.diskqueue.bad")
 
 
 def metadata_file_name(data_path: str, name: str) -> str:

@@ -29,6 +29,12 @@ records read before it are handed out, the reader stays where it was, `read_erro
 and the next `take` tries again (the daemon retries after READ_RETRY_INTERVAL). go-diskqueue
 renames the segment ``.bad`` on any read error and loses what it held; only records that are
 read and found malformed are treated so here.
+
+Beyond go-diskqueue, every segment this queue writes gets a checksum side file
+(checksums.py): the record units of each append are built with it (`SideWriter`) and written by
+the sync round that fsynced the records; a segment's reader checks records against them before
+handing them out (`_check_ahead`), and a record that fails its check is moved to
+``<name>.diskqueue.bad``, logged and counted (`corrupt_records`) instead of being handed out.
 """
 
 from __future__ import annotations
@@ -38,17 +44,23 @@ import contextlib
 import errno
 import logging
 import struct
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..protocol.crc32c import crc32c
+from . import checksums
+from .checksums import BAD, CHECKED, UNCHECKED, UNIT, Ahead, SideReader, SideWriter
 from .deferred import DeferredLog, Held
 from .files import (
     Metadata,
+    bad_records_file_name,
     data_file_name,
     deferred_file_name,
     deferred_log_name,
     encode_deferred,
     metadata_file_name,
+    side_file_name,
     write_file_atomically,
 )
 from .fs import LOCAL, O_CREAT, O_RDONLY, O_TRUNC, O_WRONLY, FileSystem, write_all
@@ -78,6 +90,10 @@ _RUNS_KEPT = 1 << 12
 _BLOCK = 512
 _BLOCK_MIN = 8
 
+#: Bytes of checksum units a queue holds for a segment before it gives up on checking it (a
+#: sync that keeps failing would let them grow without end).
+_SIDE_HELD_MAX = 64 << 20
+
 _NOTHING: dict[bytes, Held] = {}
 
 
@@ -97,6 +113,19 @@ class SyncJob(NamedTuple):
 
 class DiskQueueError(Exception):
     """A write the queue refuses (closed, or a record size outside the limits)."""
+
+
+class Records(list[bytes]):
+    """What `take_records` returns: whole records in one or more pieces, and, when every one
+    of them was checked against its segment's side file (checksums.py), their record units,
+    so that `put_records` need not compute them again."""
+
+    units: bytes | None = None
+
+
+#: One side-file job of a sync round: the side, its descriptor, where and what to write,
+#: whether to fsync what was written before, and whether to fsync after (its segment is done).
+_SideJob = tuple[SideWriter, int, int, bytes, bool, bool]
 
 
 class _CorruptRecord(Exception):
@@ -193,6 +222,22 @@ class DiskQueue:
         self._unsynced_data = False
         self._new_files = False
         self._deferred_file_exists = False
+        #: Records that failed their checksum and were moved to ``<name>.diskqueue.bad``.
+        self.corrupt_records = 0
+        # Checksum side files (checksums.py): those of the segments this process writes (the
+        # write file's, and rolled ones until their units are on disk), the write file's, how
+        # the write file's goes on after a restart (from recovery: file, bytes kept, bytes to
+        # append), what the running sync job writes of them (and its results), and the read
+        # file's checks.
+        self._sides: dict[int, SideWriter] = {}
+        self._side: SideWriter | None = None
+        self._side_resume: tuple[int, int, bytes] | None = None
+        self._side_jobs: tuple[list[_SideJob], list[bool | OSError | None]] = ([], [])
+        self._chk: SideReader | None = None
+        # The file records that failed their checksum are moved to.
+        self._bad_fd: int | None = None
+        self._bad_size = 0
+        self._bad_dirty = False
         self._log: DeferredLog | None = None
         self._delay_drops = delay_deferred_drops
         #: The deferred log's messages (empty while there is no log): read from it on the hot
@@ -223,6 +268,7 @@ class DiskQueue:
         self._first_own_file = self._lowest_own = meta.write_file
         self.deferred_due = recovered.deferred_due
         self._deferred_file_exists = recovered.deferred_file_exists
+        self._side_resume = recovered.side_resume
         if recovered.held or recovered.log_size:
             self._log = DeferredLog(
                 self._fs,
@@ -246,50 +292,69 @@ class DiskQueue:
             return
         if self.closed:
             raise DiskQueueError("exiting")
-        smallest = min(map(len, frames)) - _FRAME_OVERHEAD
-        largest = max(map(len, frames)) - _FRAME_OVERHEAD
-        for size in (smallest, largest):
+        payloads = [frame[_FRAME_OVERHEAD:] for frame in frames]
+        lengths = array("I", map(len, payloads))
+        for size in (min(lengths), max(lengths)):
             if not self.min_msg_size <= size <= self.max_msg_size:
                 raise DiskQueueError(
                     f"invalid message write size ({size}) minMsgSize={self.min_msg_size} "
                     f"maxMsgSize={self.max_msg_size}"
                 )
-        pack = _LENGTH.pack
-        limit = self.max_bytes_per_file
-        parts: list[bytes] = []
-        count = 0
+        # The payloads' CRC-32Cs, for the segment's side file (checksums.py).
+        crcs = array("I", map(crc32c, payloads)) if checksums.ENABLED else None
+        count = len(frames)
         pos = self._write_pos
-        for frame in frames:
-            length = len(frame) - _FRAME_OVERHEAD
-            if pos > 0 and pos + 4 + length > limit:
-                if count:
-                    self._append(parts, count, pos)
-                    parts, count = [], 0
-                self._roll()
-                pos = 0
-            parts.append(pack(length))
-            parts.append(frame[_FRAME_OVERHEAD:])
-            pos += 4 + length
-            count += 1
-        self._append(parts, count, pos)
+        total = sum(lengths) + 4 * count
+        if pos + total <= self.max_bytes_per_file or (pos == 0 and count == 1):
+            # No roll (the common case): the records at once.
+            parts: list[bytes] = [b""] * (2 * count)
+            parts[0::2] = map(_LENGTH.pack, lengths)
+            parts[1::2] = payloads
+            self._append(parts, count, pos + total, lengths, crcs)
+        else:
+            self._put_rolling(lengths, payloads, crcs)
         if self.owed:
             # A message handed out and now written again (requeued, or saved at shutdown):
             # the new copy stands for it.
             for frame in frames:
                 self.release(frame[_FRAME_ID])
 
+    def _put_rolling(
+        self, lengths: array[int], payloads: list[bytes], crcs: array[int] | None
+    ) -> None:
+        """Append records that do not all fit the write file: roll before each record where
+        go would."""
+        pack = _LENGTH.pack
+        limit = self.max_bytes_per_file
+        parts: list[bytes] = []
+        first = 0
+        pos = self._write_pos
+        for i, length in enumerate(lengths):
+            if pos > 0 and pos + 4 + length > limit:
+                if i > first:
+                    self._append(parts, i - first, pos, lengths[first:i], crcs and crcs[first:i])
+                    parts, first = [], i
+                self._roll()
+                pos = 0
+            parts.append(pack(length))
+            parts.append(payloads[i])
+            pos += 4 + length
+        self._append(parts, len(lengths) - first, pos, lengths[first:], crcs and crcs[first:])
+
     def put_records(self, pieces: list[bytes], count: int) -> None:
         """Append `count` whole records given as go-diskqueue bytes (from another queue's
-        `take_records`; their sizes were checked when read). Raises as `put_many`."""
+        `take_records`; their sizes were checked when read, and their checksum units come
+        with them when they were checked: `Records`). Raises as `put_many`."""
         if not count:
             return
         if self.closed:
             raise DiskQueueError("exiting")
+        units = getattr(pieces, "units", None)
         total = sum(map(len, pieces))
         limit = self.max_bytes_per_file
         pos = self._write_pos
         if pos + total <= limit:
-            self._append(pieces, count, pos + total)
+            self._append(pieces, count, pos + total, units=units, raw=True)
             return
         # The run crosses a segment boundary: roll before each record where go would.
         records: list[memoryview] = []
@@ -301,22 +366,38 @@ class DiskQueue:
                 records.append(view[i : i + size])
                 i += size
         parts: list[memoryview] = []
-        for record in records:
+        first = 0
+        for i, record in enumerate(records):
             if pos > 0 and pos + len(record) > limit:
                 if parts:
-                    self._append(parts, len(parts), pos)
-                    parts = []
+                    chunk = units and units[UNIT * first : UNIT * i]
+                    self._append(parts, len(parts), pos, units=chunk, raw=True)
+                    parts, first = [], i
                 self._roll()
                 pos = 0
             parts.append(record)
             pos += len(record)
-        self._append(parts, len(parts), pos)
+        self._append(parts, len(parts), pos, units=units and units[UNIT * first :], raw=True)
 
-    def _append(self, parts: Sequence[bytes | memoryview], count: int, new_pos: int) -> None:
+    def _append(
+        self,
+        parts: Sequence[bytes | memoryview],
+        count: int,
+        new_pos: int,
+        lengths: array[int] | None = None,
+        crcs: array[int] | None = None,
+        *,
+        units: bytes | None = None,
+        raw: bool = False,
+    ) -> None:
+        """Write `count` records (`parts` joined) at the write position. Their side-file units
+        come as `units`, or are made from their `lengths` and payload `crcs`, or (`raw`) from
+        the records themselves."""
         fs = self._fs
         fd = self._wfd if self._wfd is not None else self._open_write_file()
+        data = b"".join(parts)
         try:
-            write_all(fs, fd, b"".join(parts), self._write_pos)
+            write_all(fs, fd, data, self._write_pos)
         except OSError:
             # Leave no partial record behind: the next write starts where this one did.
             try:
@@ -328,6 +409,26 @@ class DiskQueue:
         self.depth_bytes += new_pos - self._write_pos
         self._write_pos = new_pos
         self.depth += count
+        side = self._side
+        if side is not None and not side.failed:
+            if units is None:
+                if crcs is not None and lengths is not None:
+                    units = checksums.record_units(lengths, crcs)
+                elif raw:
+                    units = _units_of(data)
+            if units is not None:
+                side.add(data, units, lengths)
+                if len(side.buf) > _SIDE_HELD_MAX:
+                    # Syncs have not written them for that long (they fail): the records from
+                    # here on go unchecked rather than the memory.
+                    self.logger.warning(
+                        "DISKQUEUE(%s) %d bytes of checksums not written; the rest of %s is "
+                        "not checked",
+                        self.name,
+                        len(side.buf),
+                        data_file_name(self.data_path, self.name, side.num),
+                    )
+                    self._retire_side(side, drop=True)
         self._data_written()
         self._count_ops(count)
 
@@ -344,7 +445,65 @@ class DiskQueue:
         self._wfd = fd
         self._new_files |= fresh
         self.logger.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
+        if checksums.ENABLED:
+            self._open_side(fresh)
         return fd
+
+    def _open_side(self, fresh: bool) -> None:
+        """The write file's side file: a new one with a new segment; after a restart, the one
+        recovery checked (`Recovered.side_resume`), or none."""
+        num = self._write_file
+        side = self._sides.get(num)
+        if side is not None:
+            if not fresh:
+                self._side = side  # the write file was reopened after a failed write
+                return
+            self._retire_side(side, drop=True)
+        keep, pending = 0, b""
+        if not fresh:
+            resume, self._side_resume = self._side_resume, None
+            if resume is None or resume[0] != num:
+                return
+            _, keep, pending = resume
+        path = side_file_name(self.data_path, self.name, num)
+        fd = None
+        try:
+            fd = self._fs.open(path, O_WRONLY | O_CREAT | (O_TRUNC if fresh else 0), 0o600)
+            if not fresh:
+                self._fs.ftruncate(fd, keep)
+        except OSError as err:
+            if fd is not None:
+                _close_all(self._fs, [fd])
+            self.logger.warning(
+                "DISKQUEUE(%s) failed to open %s - %s; its records are not checked",
+                self.name,
+                path,
+                err.strerror or err,
+            )
+            return
+        side = SideWriter(num, fd, flushed=keep, pending=pending, fresh=fresh)
+        side.dirty = not fresh  # the truncation
+        self._sides[num] = self._side = side
+
+    def _retire_side(self, side: SideWriter, *, drop: bool = False) -> None:
+        """`side`'s segment gets no more records: its units are written by the next sync, then
+        its descriptor is closed; with `drop`, none are written and the next sync closes it."""
+        side.retired = True
+        if side is self._side:
+            self._side = None
+        if drop:
+            side.drop()
+            self._forget_side(side)
+
+    def _forget_side(self, side: SideWriter) -> None:
+        """`side` is done with: the next sync closes its descriptor."""
+        if side.fd is not None:
+            self._retired_fds.append(side.fd)
+            side.fd = None
+        if self._sides.get(side.num) is side:
+            del self._sides[side.num]
+        if side is self._side:
+            self._side = None
 
     def _roll(self) -> None:
         """Continue in the next segment (the finished one is fsynced by the next sync)."""
@@ -353,6 +512,8 @@ class DiskQueue:
         if self._wfd is not None:
             self._retired_fds.append(self._wfd)
             self._wfd = None
+        if self._side is not None:
+            self._retire_side(self._side)
         self._write_file += 1
         self._write_pos = 0
         self._request_sync()
@@ -429,13 +590,26 @@ class DiskQueue:
         without decoding them. Not for a queue that tracks consumption or whose deferred log
         holds messages (those records are checked one by one)."""
         assert not self._track and not self._held, "these records must be decoded"
-        pieces: list[bytes] = []
-        count = self._consume(max_count, lambda want, end: self._read_raw(pieces, want, end))
+        pieces = Records()
+        units: list[bytes | None] | None = [] if checksums.ENABLED else None
+        count = self._consume(max_count, lambda want, end: self._read_raw(pieces, want, end), units)
+        if units and None not in units:
+            joined = b"".join(units)  # type: ignore[arg-type]
+            if len(joined) == UNIT * count:
+                pieces.units = joined
         return pieces, count
 
-    def _consume(self, max_count: int, read: Callable[[int, int], int]) -> int:
+    def _consume(
+        self,
+        max_count: int,
+        read: Callable[[int, int], int],
+        units: list[bytes | None] | None = None,
+    ) -> int:
         """Run `read(wanted, end)` over the segments until `max_count` records are consumed
-        or the reader reaches the writer; returns the records consumed."""
+        or the reader reaches the writer; returns the records consumed. Where the read file
+        has a side file, records are checked before `read` gets them (`_check_ahead`), and
+        `units` gets the side-file units of the records consumed (None for records read
+        unchecked)."""
         done = 0
         while done < max_count:
             if self._read_file == self._write_file and self._read_pos >= self._write_pos:
@@ -447,12 +621,32 @@ class DiskQueue:
                 if self._read_pos >= end:
                     self._next_read_file()
                     continue
-                done += read(max_count - done, end)
+                chk = self._chk
+                if chk is not None:
+                    if not chk.ready:
+                        self._check_ahead(chk, end)
+                        continue
+                    item = chk.ready[0]
+                    if item.kind == BAD:
+                        self._set_aside(chk, item, end)
+                        continue
+                    if item.end < end:
+                        end = item.end
+                n = read(max_count - done, end)
+                done += n
+                if chk is not None:
+                    self._checked(chk, n, units)
+                elif units is not None and n:
+                    units.append(None)
             except _CorruptRecord as err:
                 done += err.consumed
+                if units is not None:
+                    units.append(None)
                 self._skip_bad_read_file(str(err))
             except _ReadFailed as err:
                 done += err.consumed
+                if units is not None:
+                    units.append(None)
                 self._read_failed(err.error)
                 break
             except OSError as err:  # opening the read file
@@ -674,6 +868,258 @@ class DiskQueue:
         self._roff = 0
         return buf, view, 0, self._rbuf_pos
 
+    # -- checksums ------------------------------------------------------------------------
+    # A read file with a side file (checksums.py) is read a run of records at a time: before
+    # the read loops get records, `_check_ahead` checks them against their units (a run with
+    # one CRC-32C over its bytes, else record by record) and queues what lies ahead in
+    # `SideReader.ready`; `_consume` then lets the read loops go only up to the end of the
+    # first item, and moves a record that failed its check aside (`_set_aside`).
+
+    def _open_checks(self, fd: int) -> SideReader | None:
+        """The checks of the read file just opened on `fd`: None if it has no side file, or
+        one that does not belong to it. A side file that cannot be read is no read error:
+        the records are read unchecked."""
+        if not checksums.ENABLED:
+            return None
+        fs = self._fs
+        own = self._sides.get(self._read_file)
+        path = side_file_name(self.data_path, self.name, self._read_file)
+        try:
+            sfd = fs.open(path, O_RDONLY)
+        except OSError:
+            return None
+        try:
+            if own is not None:
+                return SideReader(fs, sfd, 0, own, self.min_msg_size, self.max_msg_size)
+            size = fs.fsize(sfd)
+            first = checksums.parse_header(fs.pread(sfd, checksums.HEADER_SIZE, 0))
+            if first is not None:
+                chk = SideReader(fs, sfd, size, None, self.min_msg_size, self.max_msg_size)
+                if checksums.matches(fs, fd, fs.fsize(fd), chk, first):
+                    return chk
+                self.logger.warning(
+                    "DISKQUEUE(%s) ignoring %s: it does not belong to %s",
+                    self.name,
+                    path,
+                    data_file_name(self.data_path, self.name, self._read_file),
+                )
+        except OSError:
+            pass
+        _close_all(fs, [sfd])
+        return None
+
+    def _check_ahead(self, chk: SideReader, end: int) -> None:
+        """Queue in `chk.ready` what lies ahead of the reader (which is at the end of what was
+        queued before): runs of records checked, records to read unchecked (no units for
+        them), or a record that failed its check."""
+        pos = self._read_pos
+        runs = chk.runs
+        try:
+            while True:
+                if not runs:
+                    if chk.fill():
+                        continue
+                    break
+                start, stop = runs[0][0], runs[0][1]
+                if stop <= pos:
+                    runs.popleft()  # the reader started after them
+                elif start < pos:
+                    self._split_run(chk, pos)
+                else:
+                    break
+        except OSError:  # the side file cannot be read: no more checks
+            self._stop_checks(chk, end)
+            return
+        if not runs:
+            chk.ready.append(Ahead(UNCHECKED, end))
+            return
+        if runs[0][0] > pos:
+            chk.ready.append(Ahead(UNCHECKED, min(runs[0][0], end)))
+            return
+        # Runs whose bytes match their group's CRC, as many as are buffered (the first one
+        # read in if need be), handed out as one item; runs whose units are still in memory
+        # (appended since the last sync) need no check.
+        checked: list[bytes | None] = []
+        while runs:
+            start, stop, _, units, data_crc, units_crc, memory = runs[0]
+            if start != pos or stop > end:
+                break
+            if memory:
+                checked.append(units)
+                runs.popleft()
+                pos = stop
+                continue
+            if data_crc is None:
+                break
+            base = self._rbuf_pos
+            if stop > base + len(self._rbuf):
+                if checked:
+                    break
+                # Read up to the end of a run (about READ_CHUNK on), so that the next read
+                # does not carry a run's beginning over.
+                self._refill(self._roff, stop - pos, _runs_end(runs, pos, end))
+                base = self._rbuf_pos
+            if crc32c(self._rview[start - base : stop - base]) != data_crc:
+                break
+            # The units go on with the records (`put_records`) only if they can be believed.
+            checked.append(units if crc32c(units) == units_crc else None)
+            runs.popleft()
+            pos = stop
+        if checked:
+            joined = None if None in checked else b"".join(checked)  # type: ignore[arg-type]
+            chk.ready.append(Ahead(CHECKED, pos, joined))
+        else:
+            self._check_records(chk, end)
+
+    def _check_records(self, chk: SideReader, end: int) -> None:
+        """Check the first run's records one by one (it has no group, or its bytes do not
+        match their group's CRC): queue the good ones, then one that does not match its unit;
+        if its units cannot be believed, stop the checks."""
+        run = chk.runs.popleft()
+        start, stop, n, units, _, _, _ = run
+        if not checksums.believed(run):
+            self._stop_checks(chk, end)
+            return
+        words = checksums._words(units)
+        lengths, crcs = words[0::2], words[1::2]
+        real_stop = start + 4 * n + sum(lengths)
+        chk.mend(stop, real_stop)
+        lo, hi = self.min_msg_size, self.max_msg_size
+        pos = start
+        for i in range(n):
+            length = lengths[i]
+            record_end = pos + 4 + length
+            if not lo <= length <= hi or record_end > end:
+                # A length go's reader refuses, or a segment that ends inside the record: the
+                # read loop says so (the rest is unchecked).
+                if i:
+                    chk.ready.append(Ahead(CHECKED, pos, units[: UNIT * i]))
+                self._stop_checks(chk, end)
+                return
+            if record_end > self._rbuf_pos + len(self._rbuf):
+                try:
+                    self._refill(self._roff, record_end - self._read_pos, end)
+                except OSError:
+                    if not i:
+                        raise  # a read error
+                    # Hand out the records checked so far; the next check reads on.
+                    chk.ready.append(Ahead(CHECKED, pos, units[: UNIT * i]))
+                    _check_later(chk, pos, real_stop, n - i, units[UNIT * i :])
+                    return
+            off = pos - self._rbuf_pos
+            view = self._rview
+            if (
+                view[off : off + 4] != _LENGTH.pack(length)
+                or crc32c(view[off + 4 : off + 4 + length]) != crcs[i]
+            ):
+                if i:
+                    chk.ready.append(Ahead(CHECKED, pos, units[: UNIT * i]))
+                chk.ready.append(Ahead(BAD, record_end, units[UNIT * i : UNIT * (i + 1)], length))
+                if i + 1 < n:
+                    _check_later(chk, record_end, real_stop, n - i - 1, units[UNIT * (i + 1) :])
+                return
+            pos = record_end
+        chk.ready.append(Ahead(CHECKED, pos, units))
+
+    def _split_run(self, chk: SideReader, pos: int) -> None:
+        """The reader starts inside the first run (at `pos`): keep its records from there
+        (checked one by one), or none if no record of it starts there."""
+        run = chk.runs.popleft()
+        start, stop, n, units, _, _, memory = run
+        if not checksums.believed(run):
+            chk.broken = True
+            chk.runs.clear()
+            return
+        lengths = checksums.unit_lengths(units)
+        real_stop = start + 4 * n + sum(lengths)
+        chk.mend(stop, real_stop)
+        at = start
+        for i, length in enumerate(lengths):
+            if at == pos:
+                if memory:
+                    chk.runs.appendleft(
+                        (pos, real_stop, n - i, units[UNIT * i :], None, None, True)
+                    )
+                else:
+                    _check_later(chk, pos, real_stop, n - i, units[UNIT * i :])
+                return
+            at += 4 + length
+
+    def _stop_checks(self, chk: SideReader, end: int) -> None:
+        """No more checks in this segment (units that cannot be believed, a side file that
+        cannot be read): the rest is read unchecked."""
+        chk.broken = True
+        chk.runs.clear()
+        last = chk.ready[-1].end if chk.ready else self._read_pos
+        if last < end:
+            chk.ready.append(Ahead(UNCHECKED, end))
+
+    def _checked(self, chk: SideReader, n: int, units: list[bytes | None] | None) -> None:
+        """The read loop consumed `n` records of the first item ahead."""
+        item = chk.ready[0]
+        if units is not None and n:
+            if item.kind == CHECKED and item.units is not None:
+                units.append(item.units[item.offset : item.offset + UNIT * n])
+            else:
+                units.append(None)
+        item.offset += UNIT * n
+        if self._read_pos >= item.end:
+            chk.ready.popleft()
+
+    def _set_aside(self, chk: SideReader, item: Ahead, end: int) -> None:
+        """The record at the read position failed its check: append it (the length its unit
+        gives, the payload as read) to ``<name>.diskqueue.bad``, log it, count it and read
+        on after it. A write there that fails is a read error: the reader stays before it."""
+        pos = self._read_pos
+        length = item.length
+        size = 4 + length
+        if pos + size > self._rbuf_pos + len(self._rbuf):
+            self._refill(self._roff, size, end)
+        off = self._roff
+        found = _LENGTH.unpack_from(self._rbuf, off)[0]
+        payload = self._rbuf[off + 4 : off + size]
+        try:
+            self._write_bad(_LENGTH.pack(length) + payload)
+        except OSError as err:
+            raise _ReadFailed(err, 0) from err
+        if found != length:
+            why = f"length {found}, not {length}"
+        else:
+            expected = int.from_bytes(item.units[4:8], "little")  # type: ignore[index]
+            why = f"payload CRC-32C {crc32c(payload):08x}, not {expected:08x}"
+        self.logger.error(
+            "DISKQUEUE(%s) record at %d of %s fails its checksum (%s) - moved to %s",
+            self.name,
+            pos,
+            data_file_name(self.data_path, self.name, self._read_file),
+            why,
+            bad_records_file_name(self.data_path, self.name),
+        )
+        self.corrupt_records += 1
+        chk.ready.popleft()
+        self._roff = off + size
+        self._read_pos = pos + size
+        self.depth = max(self.depth - 1, 0)
+        self.depth_bytes = max(self.depth_bytes - size, 0)
+        self._count_ops(1)
+        self._request_sync()
+
+    def _write_bad(self, record: bytes) -> None:
+        fs = self._fs
+        if self._bad_fd is None:
+            fd = fs.open(bad_records_file_name(self.data_path, self.name), O_WRONLY | O_CREAT)
+            try:
+                self._bad_size = fs.fsize(fd)
+            except OSError:
+                _close_all(fs, [fd])
+                raise
+            self._bad_fd = fd
+            self._new_files = True
+        write_all(fs, self._bad_fd, record, self._bad_size)
+        self._bad_size += len(record)
+        self._bad_dirty = True
+        self._data_written()
+
     def _open_read_file(self) -> bool:
         """Open the read file; False if it is missing (the reader moved on to the next).
         Raises OSError when the disk refuses."""
@@ -692,6 +1138,7 @@ class DiskQueue:
         self._rfd = fd
         self._reset_read_buffer()
         self.logger.info("DISKQUEUE(%s): readOne() opened %s", self.name, path)
+        self._chk = self._open_checks(fd)
         return True
 
     def _reset_read_buffer(self) -> None:
@@ -701,6 +1148,9 @@ class DiskQueue:
         self._roff = 0
 
     def _close_read_file(self) -> None:
+        if self._chk is not None:
+            self._chk.close()
+            self._chk = None
         if self._rfd is not None:
             fd, self._rfd = self._rfd, None
             with contextlib.suppress(OSError):
@@ -752,6 +1202,8 @@ class DiskQueue:
         if self._wfd is not None:
             self._retired_fds.append(self._wfd)
             self._wfd = None
+        if self._side is not None:
+            self._retire_side(self._side)
 
     def _read_failed(self, err: OSError) -> None:
         """The disk refused a read: say so once (until reading works again); the caller
@@ -795,6 +1247,14 @@ class DiskQueue:
                 path + ".bad",
                 err,
             )
+        # Its side file stays beside it for the operator (recovery would remove it as one
+        # whose segment is gone).
+        side = self._sides.get(self._read_file)
+        if side is not None:
+            self._retire_side(side, drop=True)
+        side_path = side_file_name(self.data_path, self.name, self._read_file)
+        with contextlib.suppress(OSError):
+            self._fs.rename(side_path, side_path + ".bad")
         self._close_read_file()
         self._read_file += 1
         self._read_pos = 0
@@ -867,12 +1327,20 @@ class DiskQueue:
     def _finished_segments(self, below: int) -> list[str]:
         """The segments before file `below` that may still exist, taken off the books: the
         ones found at open and this process's own."""
-        names = []
+        nums = []
         while self._old_segments and self._old_segments[0] < below:
-            names.append(data_file_name(self.data_path, self.name, self._old_segments.pop(0)))
-        for num in range(max(self._lowest_own, self._first_own_file), below):
-            names.append(data_file_name(self.data_path, self.name, num))
+            nums.append(self._old_segments.pop(0))
+        nums += range(max(self._lowest_own, self._first_own_file), below)
         self._lowest_own = max(self._lowest_own, below)
+        names = []
+        for num in nums:
+            names.append(data_file_name(self.data_path, self.name, num))
+            # Its side file goes with it (after it: a crash between leaves no segment whose
+            # side file is gone, only a side file whose segment is, which recovery removes).
+            names.append(side_file_name(self.data_path, self.name, num))
+            side = self._sides.get(num)
+            if side is not None:
+                self._retire_side(side, drop=True)
         return names
 
     def empty(self) -> None:
@@ -883,6 +1351,9 @@ class DiskQueue:
     def _empty(self) -> None:
         self._close_read_file()
         self._retire_write_file()
+        for side in list(self._sides.values()):
+            self._retire_side(side, drop=True)
+        self._side_resume = None
         for path in self._finished_segments(self._write_file + 1) + self._undeleted:
             _remove(self._fs, path, self.logger)
         self._undeleted = []
@@ -939,12 +1410,59 @@ class DiskQueue:
         """The last sync job failed: try again at the next --sync-timeout tick."""
         self._ops_since_sync = max(self._ops_since_sync, 1)
         self._data_written()
+        if self._bad_fd is not None:
+            self._bad_dirty = True
+        self._sides_synced()
         if self._log is not None:
             self._log.sync_done(ok=False)
 
     def sync_succeeded(self) -> None:
+        self._sides_synced()
         if self._log is not None:
             self._log.sync_done(ok=True)
+
+    def _capture_sides(self, final: bool) -> tuple[list[_SideJob], list[bool | OSError | None]]:
+        """What the sync job writes of the side files: the units held for the data it fsyncs
+        (written once that fsync is done; fsynced by the next round, or at once for a
+        finished segment), and the fsync of units an earlier round wrote."""
+        jobs: list[_SideJob] = []
+        for side in list(self._sides.values()):
+            fd = side.fd
+            if fd is None:
+                continue
+            closing = side.retired or final
+            data = side.writable(closing)
+            if not data and not side.dirty and not closing:
+                continue
+            jobs.append((side, fd, side.flushed, data, side.dirty, closing))
+            if final:
+                side.fd = None  # the job closes it
+        if final:
+            self._sides.clear()
+            self._side = None
+        return jobs, [None] * len(jobs)
+
+    def _sides_synced(self) -> None:
+        """The last sync job ended: account for what it wrote of the side files."""
+        jobs, results = self._side_jobs
+        self._side_jobs = ([], [])
+        for (side, _, _, data, _, closing), result in zip(jobs, results, strict=True):
+            if result is True:
+                side.written(len(data))
+                side.dirty = bool(data) and not closing
+                if closing:
+                    self._forget_side(side)
+            elif isinstance(result, OSError):
+                self.logger.warning(
+                    "DISKQUEUE(%s) failed to write %s - %s; records after its first %d bytes "
+                    "are not checked",
+                    self.name,
+                    side_file_name(self.data_path, self.name, side.num),
+                    result.strerror or result,
+                    side.flushed,
+                )
+                side.drop()
+                self._forget_side(side)
 
     @property
     def unsynced(self) -> bool:
@@ -965,36 +1483,50 @@ class DiskQueue:
         self._unsynced_data = False
         retired, self._retired_fds = self._retired_fds, []
         wfd = self._wfd
+        bad_fd = self._bad_fd if self._bad_dirty or final else None
+        self._bad_dirty = False
         new_files, self._new_files = self._new_files, False
         if final or self.deleted:
-            self._wfd = None
+            self._wfd = self._bad_fd = None
             self._close_read_file()
         log_fsync, log_finish = (
             self._log.prepare_sync(final) if self._log is not None else (_noop, _noop)
         )
         data_path = self.data_path
         if self.deleted:
-            fds = retired + ([wfd] if wfd is not None else [])
+            fds = retired + [fd for fd in (wfd, bad_fd) if fd is not None]
+            fds += [side.fd for side in self._sides.values() if side.fd is not None]
+            self._sides.clear()
+            self._side = None
 
             def close_deleted() -> None:
                 log_finish()
                 _close_all(fs, fds)
 
             return SyncJob(_noop, close_deleted)
+        sides, results = self._side_jobs = self._capture_sides(final)
 
         def fsync() -> None:
             try:
-                for fd in retired:
-                    fs.fsync(fd)
-                if wfd is not None:
-                    fs.fsync(wfd)
-                log_fsync()
-                if new_files:
-                    fs.fsync_dir(data_path)
+                try:
+                    for fd in retired:
+                        fs.fsync(fd)
+                    if wfd is not None:
+                        fs.fsync(wfd)
+                    if bad_fd is not None:
+                        fs.fsync(bad_fd)
+                    log_fsync()
+                    if new_files:
+                        fs.fsync_dir(data_path)
+                finally:
+                    _close_all(fs, retired)
+                    if final:
+                        _close_all(fs, [fd for fd in (wfd, bad_fd) if fd is not None])
+                # The data is durable: the side files' units for it may be written now.
+                _write_sides(fs, sides, results)
             finally:
-                _close_all(fs, retired)
-                if final and wfd is not None:
-                    fs.close(wfd)
+                if final:
+                    _close_all(fs, [job[1] for job in sides])
 
         if not metadata and not final:
             return SyncJob(fsync, log_finish)
@@ -1066,6 +1598,65 @@ def frames_from_records(pieces: list[bytes]) -> list[bytes]:
             )
             i += 4 + length
     return frames
+
+
+def _write_sides(
+    fs: FileSystem, sides: list[_SideJob], results: list[bool | OSError | None]
+) -> None:
+    """The side files' part of a sync job (after its data fsync). A side file's failure is
+    its own (noted in `results`): it never fails the sync of the data."""
+    for i, (_, fd, offset, data, dirty, closing) in enumerate(sides):
+        try:
+            if dirty:
+                fs.fsync(fd)
+            if data:
+                write_all(fs, fd, data, offset)
+                if closing:
+                    fs.fsync(fd)
+        except OSError as err:
+            results[i] = err
+        else:
+            results[i] = True
+
+
+def _runs_end(runs: Iterable[checksums.Run], pos: int, end: int) -> int:
+    """The end of the last of the runs from `pos` on that follow one another, end by `end`
+    and by READ_CHUNK after `pos` (the first one's end at least)."""
+    reach = pos
+    for start, stop, *_ in runs:
+        if start != reach or stop > end or (stop - pos > READ_CHUNK and reach > pos):
+            break
+        reach = stop
+    return max(reach, pos)
+
+
+def _check_later(chk: SideReader, start: int, stop: int, count: int, units: bytes) -> None:
+    """Put back records whose units were believed, to be checked one by one."""
+    chk.runs.appendleft((start, stop, count, units, None, crc32c(units), False))
+
+
+def _units_of(data: bytes) -> bytes:
+    """The side-file record units of whole go-diskqueue records (records that came without
+    theirs: moved from a segment that has no side file). Runs of records of one size are
+    found as the read loops find them (`_same_size`)."""
+    unpack = _LENGTH.unpack_from
+    view = memoryview(data)
+    lengths = array("I")
+    payloads: list[bytes | memoryview] = []
+    i, end = 0, len(data)
+    while i < end:
+        length = unpack(data, i)[0]
+        size = 4 + length
+        count = min((end - i) // size, _BLOCK)
+        if count >= _BLOCK_MIN and _same_size(data, i, count, size):
+            lengths.extend(array("I", [length]) * count)
+            payloads += [data[p : p + length] for p in range(i + 4, i + count * size, size)]
+            i += count * size
+            continue
+        lengths.append(length)
+        payloads.append(view[i + 4 : i + size])
+        i += size
+    return checksums.record_units(lengths, array("I", map(crc32c, payloads)))
 
 
 def _close_all(fs: FileSystem, fds: list[int]) -> None:

@@ -21,6 +21,10 @@ delivery is at least once):
 - whenever segments are missing between the read and the write file, or the depth is negative
   or zero while records remain, the depth is counted from the records rather than trusted
   (an undercounted depth would leave messages unread).
+
+Checksum side files (checksums.py): one whose segment is gone (Go deleted or renamed it) is
+removed; the write file's, when writes go on in it, is cut to its groups for the records before
+the write position (a new one is started if it does not belong to the segment).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from . import deferred
+from . import checksums, deferred
 from .files import (
     Metadata,
     MetadataError,
@@ -41,6 +45,7 @@ from .files import (
     metadata_file_name,
     read_deferred,
     read_metadata,
+    side_file_name,
 )
 from .fs import O_RDONLY, FileSystem
 
@@ -69,15 +74,28 @@ class Recovered:
     #: ordinary aftermath of a crash (a warning).
     notes: list[str] = field(default_factory=list)
     corrupt: bool = False
+    #: How the write file's checksum side file goes on (checksums.py): the file number, the
+    #: bytes of it to keep and the bytes to append; None: the write file gets none.
+    side_resume: tuple[int, int, bytes] | None = None
 
 
 def segments_on_disk(fs: FileSystem, data_path: str, name: str) -> list[int]:
-    pattern = re.compile(re.escape(name) + r"\.diskqueue\.(\d{6,})\.dat")
+    return _listing(fs, data_path, name)[0]
+
+
+def _listing(fs: FileSystem, data_path: str, name: str) -> tuple[list[int], list[int]]:
+    """The numbers of the queue's segments, and of its checksum side files."""
+    pattern = re.compile(re.escape(name) + r"\.diskqueue\.(\d{6,})\.(dat|crc)")
     try:
         names = fs.listdir(data_path)
     except OSError:
-        return []
-    return sorted(int(m.group(1)) for n in names if (m := pattern.fullmatch(n)))
+        return [], []
+    segments: list[int] = []
+    sides: list[int] = []
+    for n in names:
+        if m := pattern.fullmatch(n):
+            (segments if m.group(2) == "dat" else sides).append(int(m.group(1)))
+    return sorted(segments), sides
 
 
 def recover(
@@ -85,7 +103,7 @@ def recover(
 ) -> Recovered:
     """See the module docstring."""
     limits = (min_msg_size, max_msg_size)
-    segments = segments_on_disk(fs, data_path, name)
+    segments, sides = _listing(fs, data_path, name)
     notes: list[str] = []
     corrupt = False
     try:
@@ -142,6 +160,7 @@ def recover(
         corrupt=corrupt,
     )
     _recover_deferred(fs, data_path, name, recovered)
+    _recover_sides(fs, data_path, name, recovered, sides, limits)
     return recovered
 
 
@@ -292,3 +311,43 @@ def _recover_deferred(fs: FileSystem, data_path: str, name: str, recovered: Reco
     recovered.held, recovered.log_size = held, size
     if note:
         recovered.notes.append(f"deferred log: {note}")
+
+
+def _recover_sides(
+    fs: FileSystem,
+    data_path: str,
+    name: str,
+    recovered: Recovered,
+    sides: list[int],
+    limits: tuple[int, int],
+) -> None:
+    """Remove side files whose segment is gone; see how the write file's goes on."""
+    present = set(recovered.segments)
+    for num in sides:
+        if num not in present:
+            try:
+                fs.remove(side_file_name(data_path, name, num))
+            except OSError:
+                pass
+    meta = recovered.meta
+    if not checksums.ENABLED or not meta.write_pos:
+        return
+    try:
+        fd = fs.open(data_file_name(data_path, name, meta.write_file), O_RDONLY)
+    except OSError:
+        return
+    try:
+        size = fs.fsize(fd)
+        if size != meta.write_pos:
+            return
+        try:
+            side = fs.read_file(side_file_name(data_path, name, meta.write_file))
+        except FileNotFoundError:
+            side = b""
+        resume = checksums.resume(fs, fd, size, side, meta.write_pos, *limits)
+    except (OSError, ValueError, struct.error):
+        return  # no side file for the rest of the write file: its records go unchecked
+    finally:
+        fs.close(fd)
+    if resume is not None:
+        recovered.side_resume = (meta.write_file, *resume)

@@ -301,7 +301,7 @@ def _topic_lines(snapshot: Snapshot) -> Iterator[str]:
         ((("topic", topic["topic_name"]),), len(_channels(topic))) for topic in _topics(snapshot)
     ]
     yield from _family("nsq_topic_channels", "gauge", "Channels of the topic.", channel_counts)
-    for name, kind, help_text, field in _BOUNDED_TOPIC_METRICS:
+    for name, kind, help_text, field in (*_BOUNDED_TOPIC_METRICS, *_TOPIC_OPTIONAL_METRICS):
         samples = [
             ((("topic", topic["topic_name"]),), _number(topic[field]))
             for topic in _topics(snapshot)
@@ -379,6 +379,21 @@ _CHANNEL_OPTIONAL_METRICS = (
         "counter",
         "Messages past their TTL when they would have been delivered (dropped or dead-lettered).",
         "expired_count",
+    ),
+    (
+        "nsq_channel_corrupt_records_total",
+        "counter",
+        "Disk queue records that failed their checksum, moved to <name>.diskqueue.bad.",
+        "corrupt_count",
+    ),
+)
+# Beyond NSQ (checksum side files): only topics whose stats have the field.
+_TOPIC_OPTIONAL_METRICS = (
+    (
+        "nsq_topic_corrupt_records_total",
+        "counter",
+        "Disk queue records that failed their checksum, moved to <name>.diskqueue.bad.",
+        "corrupt_count",
     ),
 )
 

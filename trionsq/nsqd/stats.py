@@ -127,7 +127,15 @@ def _topic_fields(topic: Topic, channels: list[Stats]) -> Stats:
         "e2e_processing_latency": merged_result(c.e2e for c in topic.channels.values()),
         # Bounded queues (beyond NSQ): only for a topic that has limits or used them.
         **stats_fields(topic),
+        **_corrupt_fields(topic.backend),
     }
+
+
+def _corrupt_fields(backend: object) -> Stats:
+    """Beyond NSQ, only once it happened: records of the disk queue that failed their
+    checksum (trionsq/diskqueue/checksums.py) and were moved to ``<name>.diskqueue.bad``."""
+    count = getattr(backend, "corrupt_records", 0)
+    return {"corrupt_count": count} if count else {}
 
 
 def _channel_stats(channel: Channel, clients_topic_filter: str | None) -> Stats:
@@ -154,6 +162,7 @@ def _channel_stats(channel: Channel, clients_topic_filter: str | None) -> Stats:
             disabled_result() if channel.e2e is None else channel.e2e.result()
         ),
         **stats_fields(channel),
+        **_corrupt_fields(channel.backend),
     }
     screen = channel.screen
     if screen is not None or channel.dead_letter_count or channel.expired_count:
