@@ -23,9 +23,9 @@ _DAEMON_MODULES = ("trio", "hypercorn", "quart", "httpx", "trionsq.nsqd.nsqd")
 #: Imported only when an opt-in feature or route is used.
 _OPT_IN_MODULES = (
     "httpx",
-    "trionsq.nsqd.replication",
-    "trionsq.nsqd.replication_topic",
-    "trionsq.nsqd.replication_admin",
+    "trionsq.nsqd.replication.node",
+    "trionsq.nsqd.replication.topic",
+    "trionsq.nsqd.replication.admin",
     "trionsq.nsqd.prometheus",
     "trionsq.nsqd.peek",
 )

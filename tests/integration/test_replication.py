@@ -21,8 +21,8 @@ import trio
 from tests.nsqd_harness import Conn
 from trionsq.nsqd.nsqd import NSQD
 from trionsq.nsqd.options import NSQDOptions
-from trionsq.nsqd.replication_log import ReplicationLog
-from trionsq.nsqd.replication_topic import ReplicatedTopic
+from trionsq.nsqd.replication.log import ReplicationLog
+from trionsq.nsqd.replication.topic import ReplicatedTopic
 from trionsq.protocol import fin, pub, rdy, sub
 from trionsq.testing import free_ports
 

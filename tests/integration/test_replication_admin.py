@@ -16,7 +16,7 @@ import trio
 from tests.integration.test_replication import Cluster, consume, publish
 from tests.nsqd_harness import Conn
 from trionsq.nsqd.nsqd import NSQD
-from trionsq.nsqd.replication_topic import ReplicatedTopic
+from trionsq.nsqd.replication.topic import ReplicatedTopic
 from trionsq.protocol import CLOSE_WAIT, cls, fin, rdy, sub
 
 

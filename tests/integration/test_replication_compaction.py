@@ -22,9 +22,9 @@ import trio
 
 from tests.integration.test_replication import Cluster, consume, publish, settled_primary
 from tests.nsqd_harness import Conn
-from trionsq.nsqd import replication_log
 from trionsq.nsqd.nsqd import NSQD
-from trionsq.nsqd.replication_topic import ReplicatedTopic
+from trionsq.nsqd.replication import log as replication_log
+from trionsq.nsqd.replication.topic import ReplicatedTopic
 from trionsq.protocol import fin, rdy, sub
 
 THRESHOLD = 20

@@ -12,7 +12,7 @@ import trio
 
 from tests.integration.test_replication import Cluster, publish, settled_primary
 from tests.integration.test_replication_compaction import collect, replica_log, start_topic
-from trionsq.nsqd.replication_topic import ReplicatedTopic
+from trionsq.nsqd.replication.topic import ReplicatedTopic
 
 BODIES = [b"message-%03d" % i for i in range(40)]
 

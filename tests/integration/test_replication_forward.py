@@ -20,8 +20,8 @@ import trio
 from tests.conformance.nsq_conn import NSQConn
 from tests.integration.test_replication import Cluster, drain, publish
 from tests.nsqd_harness import Conn
-from trionsq.nsqd import replication_forward
 from trionsq.nsqd.nsqd import NSQD
+from trionsq.nsqd.replication import forward as replication_forward
 from trionsq.nsqd.stats import snapshot
 from trionsq.protocol import FRAME_TYPE_ERROR, Message, dpub, fin, mpub, pub, rdy, sub
 from trionsq.protocol.guid import SEQUENCE_BITS

@@ -14,7 +14,7 @@ import trio
 import trustme
 
 from tests.integration.test_replication import SECRET, Cluster, publish
-from trionsq.nsqd import replication_wire as wire
+from trionsq.nsqd.replication import wire as wire
 from trionsq.protocol import MAGIC_V2, identify
 
 

@@ -11,8 +11,8 @@ import pytest
 import trio
 
 from tests.integration.test_replication import Cluster, publish
-from trionsq.nsqd import replication_topic
-from trionsq.nsqd.replication_log import fsync_handles
+from trionsq.nsqd.replication import topic as replication_topic
+from trionsq.nsqd.replication.log import fsync_handles
 
 
 @pytest.mark.parametrize(("sync_ack", "first"), [(True, "primary"), (True, "members"), (False, "")])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trionsq.nsqd.replication_admin_state import AdminState, Tombstones, parse_version
-from trionsq.nsqd.replication_log import COMPACT_MIN, ReplicationLog
+from trionsq.nsqd.replication.admin_state import AdminState, Tombstones, parse_version
+from trionsq.nsqd.replication.log import COMPACT_MIN, ReplicationLog
 from trionsq.protocol.message import encode_new_frames, framed_id
 
 TOPIC = "rt"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trionsq.nsqd.replication_batching import MAX_DELAY, FlushWhenIdle
+from trionsq.nsqd.replication.batching import MAX_DELAY, FlushWhenIdle
 
 
 class FakeReplica:

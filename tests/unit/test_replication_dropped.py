@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trionsq.nsqd import replication_log
-from trionsq.nsqd.replication_log import ID_HEADER, read_id_file, remember_dropped
+from trionsq.nsqd.replication import log as replication_log
+from trionsq.nsqd.replication.log import ID_HEADER, read_id_file, remember_dropped
 
 
 def ids(start: int, count: int) -> list[bytes]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from trionsq.nsqd.replication_topic import TopicReplica
+from trionsq.nsqd.replication.topic import TopicReplica
 
 SILENT_PRIMARY = 1
 

@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trionsq.nsqd import replication_log as log_module
-from trionsq.nsqd.replication_log import (
+from trionsq.nsqd.replication.log import (
     COMPACT_MIN,
     ID_HEADER,
     LOG_START,
@@ -28,6 +27,7 @@ from trionsq.nsqd.replication_log import (
     scan_ids,
     without_ids,
 )
+from trionsq.nsqd.replication import log as log_module
 from trionsq.protocol.message import encode_new_frames, framed_id
 
 TOPIC = "rt"

@@ -20,10 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_replication_log import ids_of, log_loops, records  # noqa: F401
-from trionsq.nsqd import replication_log as log_module
-from trionsq.nsqd import replication_topic as rt
-from trionsq.nsqd import replication_wire as wire
-from trionsq.nsqd.replication_log import (
+from trionsq.nsqd.replication.log import (
     CORRUPT_SUFFIX,
     ID_BLOCK_MAX,
     ID_HEADER,
@@ -36,6 +33,9 @@ from trionsq.nsqd.replication_log import (
     read_id_file,
     write_id_block,
 )
+from trionsq.nsqd.replication import log as log_module
+from trionsq.nsqd.replication import topic as rt
+from trionsq.nsqd.replication import wire as wire
 from trionsq.protocol.message import encode_new_frames, framed_id
 
 TOPIC = "rt"

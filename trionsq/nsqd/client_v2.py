@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .auth import AuthState
     from .channel import Channel
     from .nsqd import NSQD
-    from .replication_acks import HeldAnswers, Owed
+    from .replication.acks import HeldAnswers, Owed
     from .topic import Topic
 
 #: `ClientV2.irregular` until SUB: nothing can be in flight before. Immutable, so that a use
@@ -130,7 +130,7 @@ class ClientV2:
         #: Topics this read batch published to, moved on to their channels once answered.
         self.pump_later: list[Topic] = []
         self.holding = False
-        #: Replication: the answers held for a quorum (replication_acks.HeldAnswers).
+        #: Replication: the answers held for a quorum (replication.acks.HeldAnswers).
         self.held: HeldAnswers | None = None
         #: Replication: the replicated topics this read batch published to, and the stream
         #: position each had reached then, or the batches forwarded to their primaries

@@ -111,7 +111,7 @@ async def replicated_admin(topic: Topic, action: str, channel: str | None = None
     if not topic.replicated or (channel is not None and is_ephemeral(channel)):
         return False
     # Imported when first used: a plain nsqd starts without the replication modules.
-    from .replication_admin import act
+    from .replication.admin import act
 
     status, message = await act(topic, action, channel)
     if status != 200:
@@ -302,7 +302,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         topic = existing_topic(nsqd, query(), validate=True)
         if not topic.replicated:
             raise HTTPError(400, "TOPIC_NOT_REPLICATED")
-        from .replication_admin import take_over
+        from .replication.admin import take_over
 
         status, message = await take_over(topic)  # type: ignore[arg-type]
         if status != 200:

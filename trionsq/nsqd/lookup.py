@@ -265,7 +265,7 @@ class LookupPeers:
         self.nsqd = nsqd
         self.peers: dict[str, LookupPeer] = {}
         self._nursery: trio.Nursery | None = None
-        #: Replicated topics this node does not lead (replication_topic.py): not registered.
+        #: Replicated topics this node does not lead (replication/topic.py): not registered.
         self.hidden: set[str] = set()
 
     def start(self, nursery: trio.Nursery, addresses: Iterable[str]) -> None:

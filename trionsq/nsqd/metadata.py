@@ -4,7 +4,7 @@ Beyond Go's file, a topic's or channel's own queue limits (bounds.py) are kept u
 ``queue_limits`` key, written only for those that have some: Go's loader ignores it, and a
 daemon that sets none writes Go's file byte for byte.
 
-A replicated topic (replication_topic.py) has ``"replication": {"epoch": E}``, written only
+A replicated topic (replication/topic.py) has ``"replication": {"epoch": E}``, written only
 for replicated topics.
 
 Beyond NSQ, a topic's or channel's own dead-lettering and TTL settings (dead_letter.py) are
@@ -71,7 +71,7 @@ class TopicMetadata:
     channels: list[ChannelMetadata] = field(default_factory=list)
     limits: dict[str, Any] | None = None
     delivery_limits: Limits | None = None
-    #: A replicated topic's epoch (replication_topic.py), None for any other topic.
+    #: A replicated topic's epoch (replication/topic.py), None for any other topic.
     replication: int | None = None
 
 

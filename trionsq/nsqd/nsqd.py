@@ -63,8 +63,8 @@ from .topic import Topic
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
-    from .replication import Replication
-    from .replication_acks import Owed
+    from .replication.acks import Owed
+    from .replication.node import Replication
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -154,10 +154,10 @@ class NSQD:
         self.memory_trimmer = MemoryTrimmer(run_blocking)
         #: --dead-letter-topic, compiled (dead_letter.py).
         self.dead_letter_names = DeadLetterNames(options.dead_letter_topic)
-        #: Replicated topics (replication.py): None unless --replicate-to is given.
+        #: Replicated topics (replication/): None unless --replicate-to is given.
         self.replication: Replication | None = None
         if options.replicate_to:
-            from .replication import Replication  # a plain nsqd never imports it
+            from .replication.node import Replication  # a plain nsqd never imports it
 
             self.replication = Replication(self)
         #: PUB's OK waits (`wait_durable`): --sync-ack, or replication on.
@@ -191,14 +191,14 @@ class NSQD:
             if self.metadata.pending:
                 ok = await self.metadata.flush() and ok
         if owed:
-            from .replication_acks import wait_replicated
+            from .replication.acks import wait_replicated
 
             ok = await wait_replicated(owed) and ok
         return ok
 
     def hold_answers(self, client: ClientV2) -> None:
         """Replication without --sync-ack: the connection's answers wait for a quorum
-        while its task reads on (replication_acks.HeldAnswers)."""
+        while its task reads on (replication.acks.HeldAnswers)."""
         assert self.replication is not None
         self.replication.hold_answers(client)
 

@@ -39,7 +39,7 @@ __all__ = [
 #: --queue-full-policy's values (trionsq.nsqd.bounds).
 QUEUE_FULL_POLICIES = ("reject", "drop-oldest")
 
-#: --replication-degraded's values (trionsq.nsqd.replication).
+#: --replication-degraded's values (trionsq.nsqd.replication.node).
 REPLICATION_DEGRADED = ("refuse", "accept")
 
 #: Experiments `--enable-experiment` knows about (post-1.3.0).

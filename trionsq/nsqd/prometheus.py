@@ -322,7 +322,7 @@ _ROLES = ("primary", "replica", "candidate")
 
 
 def _replication_lines(snapshot: Snapshot) -> Iterator[str]:
-    """Replicated topics only (replication_topic.py): a daemon without them has none of
+    """Replicated topics only (replication/topic.py): a daemon without them has none of
     these families."""
     replicated = [t for t in _topics(snapshot) if t.get("replication")]
     if not replicated:

@@ -36,8 +36,8 @@ from .bounds import QueueFull
 from .channel import ChannelError
 from .client_v2 import STATE_DISCONNECTED, ClientV2
 from .heartbeats import stop_pump
-from .replication_acks import NOT_DURABLE
-from .replication_wire import WireError as ReplicationWireError
+from .replication.acks import NOT_DURABLE
+from .replication.wire import WireError as ReplicationWireError
 from .socket_stream import DirectSocketStream
 from .topic import TopicExiting
 from .transport import DeflateStream, SnappyStream, TransportError

@@ -105,7 +105,7 @@ def _topics_stats(
 
 def _topic_stats(topic: Topic, channels: list[Stats]) -> Stats:
     stats = _topic_fields(topic, channels)
-    # A replicated topic's role, epoch and lag (replication_topic.py): only those have it.
+    # A replicated topic's role, epoch and lag (replication/topic.py): only those have it.
     replica = getattr(topic, "replica", None)
     if replica is not None:
         stats["replication"] = replica.stats()

@@ -99,7 +99,7 @@ class Topic:
 
     #: The class of its channels (a replicated topic's have their own).
     channel_class: ClassVar[type[Channel]] = Channel
-    #: A replicated topic (replication_topic.ReplicatedTopic).
+    #: A replicated topic (replication/topic.py).
     replicated: ClassVar[bool] = False
 
     def __init__(self, nsqd: NSQD, name: str, backend: Backend) -> None:

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from . import replication_wire as wire
-from .replication_log import LogSnapshot, without_ids
-from .wakeup import Wakeup
+from ..wakeup import Wakeup
+from . import wire
+from .log import LogSnapshot, without_ids
 
 if TYPE_CHECKING:
-    from .replication_peer import Peer
-    from .replication_topic import TopicReplica
+    from .peer import Peer
+    from .topic import TopicReplica
 
 log = logging.getLogger("trionsq.nsqd")
 

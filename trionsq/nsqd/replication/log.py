@@ -62,9 +62,9 @@ import time
 from collections.abc import Awaitable, Callable, Container, Iterable, Iterator
 from typing import Any, TypeVar
 
-from ..diskqueue.fs import LOCAL
-from ..protocol.crc32c import crc32c
-from ..protocol.message import FRAMED_BODY_OFFSET, framed_id
+from ...diskqueue.fs import LOCAL
+from ...protocol.crc32c import crc32c
+from ...protocol.message import FRAMED_BODY_OFFSET, framed_id
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -176,9 +176,9 @@ COMPILED_ENCODE_FRAMES: EncodeFrames | None = None
 COMPILED_COUNT_RECORDS: CountRecords | None = None
 COMPILED_SCAN_IDS: ScanIds | None = None
 try:
-    from ..protocol._speedups import count_log_records as COMPILED_COUNT_RECORDS
-    from ..protocol._speedups import encode_log_records as COMPILED_ENCODE_FRAMES
-    from ..protocol._speedups import scan_log_ids as COMPILED_SCAN_IDS
+    from ...protocol._speedups import count_log_records as COMPILED_COUNT_RECORDS
+    from ...protocol._speedups import encode_log_records as COMPILED_ENCODE_FRAMES
+    from ...protocol._speedups import scan_log_ids as COMPILED_SCAN_IDS
 except ImportError:  # not built: the Python loops above
     pass
 if COMPILED_ENCODE_FRAMES is not None:

@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ..daemon import first_leaf
-from ..protocol import MAGIC_V2, identify
-from ..protocol.frames import FRAME_TYPE_RESPONSE
-from . import replication_wire as wire
-from .addresses import split_host_port
-from .socket_stream import DirectSocketStream
-from .wakeup import Wakeup
+from ...daemon import first_leaf
+from ...protocol import MAGIC_V2, identify
+from ...protocol.frames import FRAME_TYPE_RESPONSE
+from ..addresses import split_host_port
+from ..socket_stream import DirectSocketStream
+from ..wakeup import Wakeup
+from . import wire
 
 if TYPE_CHECKING:
-    from .client_v2 import ClientV2
-    from .replication import Replication
+    from ..client_v2 import ClientV2
+    from .node import Replication
 
 log = logging.getLogger("trionsq.nsqd")
 

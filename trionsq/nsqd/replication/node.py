@@ -1,8 +1,8 @@
 """Replicated topics (docs/replication.md, spec/replication.py): `Replication`, nsqd's part
 that exists only with ``--replicate-to``. It owns the peers (one `Peer` task per other member,
-replication_peer.py), which topics are replicated (``--replicate-topic``), the epochs read
+peer.py), which topics are replicated (``--replicate-topic``), the epochs read
 from nsqd.dat until their topics exist, the dispatch of the peers' requests and answers to
-each topic's `TopicReplica` (replication_topic.py), and PUB's wait for a quorum.
+each topic's `TopicReplica` (topic.py), and PUB's wait for a quorum.
 
 ```
 NSQD.run() root nursery
@@ -24,21 +24,20 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..protocol.names import is_ephemeral
-from . import replication_admin as admin
-from . import replication_wire as wire
-from .backend import Backend
-from .replication_acks import HeldAnswers
-from .replication_admin_state import Tombstones
-from .replication_batching import FlushWhenIdle
-from .replication_forward import Send, answer_forwarded
-from .replication_log import fsync_handles
-from .replication_peer import Peer, serve_inbound
-from .replication_topic import ReplicatedTopic, TopicReplica
+from ...protocol.names import is_ephemeral
+from ..backend import Backend
+from . import admin, wire
+from .acks import HeldAnswers
+from .admin_state import Tombstones
+from .batching import FlushWhenIdle
+from .forward import Send, answer_forwarded
+from .log import fsync_handles
+from .peer import Peer, serve_inbound
+from .topic import ReplicatedTopic, TopicReplica
 
 if TYPE_CHECKING:
-    from .client_v2 import ClientV2
-    from .nsqd import NSQD
+    from ..client_v2 import ClientV2
+    from ..nsqd import NSQD
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -339,7 +338,7 @@ class Replication:
     def forwarded(
         self, sender: int, header: dict[str, Any], blob: bytes, send: Send
     ) -> list[bytes]:
-        """A replica's PUB_FORWARD (replication_forward.py): published here, answered with
+        """A replica's PUB_FORWARD (forward.py): published here, answered with
         `send` once a quorum has the messages."""
         return answer_forwarded(self, header, blob, send)
 

@@ -14,7 +14,7 @@ rest of a replicated PUB's wait; the timeout is checked by `Replication`'s expir
 
 What they wait for (`Owed`, the keys of `ClientV2.owed`): a replicated topic this node leads
 (`TopicReplica`: a stream position on a quorum), or a batch of messages forwarded to the
-primary (`replication_forward.ForwardBatch`: its answer).
+primary (`forward.ForwardBatch`: its answer).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Protocol
 import outcome
 import trio
 
-from ..protocol.client_states import STATE_DISCONNECTED
-from ..protocol.errors import E_PUB_FAILED, ProtocolError
-from ..protocol.frames import encode_error
-from .heartbeats import start_pump
+from ...protocol.client_states import STATE_DISCONNECTED
+from ...protocol.errors import E_PUB_FAILED, ProtocolError
+from ...protocol.frames import encode_error
+from ..heartbeats import start_pump
 
 if TYPE_CHECKING:
-    from .client_v2 import ClientV2
+    from ..client_v2 import ClientV2
 
 #: What a connection whose publish was not made durable (--sync-ack's fsync, or a quorum)
 #: receives before it is closed.

@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from . import replication_topic as rt
-from . import replication_wire as wire
-from .backend import BackendError, from_wall_ns
-from .bounds import QueueFull
-from .replication_acks import Waiter
-from .replication_log import decode_records, encode_frames
-from .topic import Topic, TopicExiting
+from ..backend import BackendError, from_wall_ns
+from ..bounds import QueueFull
+from ..topic import Topic, TopicExiting
+from . import topic as rt
+from . import wire
+from .acks import Waiter
+from .log import decode_records, encode_frames
 
 if TYPE_CHECKING:
-    from .replication import Replication
-    from .replication_peer import Answer, Peer
+    from .node import Replication
+    from .peer import Answer, Peer
 
 log = logging.getLogger("trionsq.nsqd")
 

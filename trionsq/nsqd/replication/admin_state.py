@@ -14,7 +14,7 @@
   (``replication.deleted`` in the data path, JSON).
 
 Emptied messages are not here: they are finished IDs, in the log's FIN files and its emptied
-set (replication_log.py).
+set (log.py).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..diskqueue.files import write_file_atomically
-from ..diskqueue.fs import LOCAL
+from ...diskqueue.files import write_file_atomically
+from ...diskqueue.fs import LOCAL
 
 if TYPE_CHECKING:
-    from .replication_log import ReplicationLog
-    from .topic import Topic
+    from ..topic import Topic
+    from .log import ReplicationLog
 
 log = logging.getLogger("trionsq.nsqd")
 

@@ -6,7 +6,7 @@ The header is JSON, except for the stream's own frames (MSGS and ACK, one per pu
 ``[8-byte epoch][8-byte total][topic]``, which cost a tenth of JSON's time to encode and read.
 
 The dialler sends requests on its connection; the answers come back on it. This module owns
-only the encoding; what the frames mean is `replication.py`'s.
+only the encoding; what the frames mean is `node.py`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ log = logging.getLogger("trionsq.nsqd")
 
 #: The replication protocol's version, in the IDENTIFY key: a member refuses a peer of another
 #: (members are upgraded together). 3: the log records that MSGS, BODIES and PUB_FORWARD
-#: carry end in a CRC-32C (replication_log.py).
+#: carry end in a CRC-32C (log.py).
 VERSION = 3
 #: The largest frame accepted (a summary of a large log or a batch of catch-up messages).
 MAX_FRAME = 256 * 1024 * 1024
@@ -58,7 +58,7 @@ ASK_DROPPED, DROPPED = 23, 24
 #: a SUMMARY, without the side effects of a SYNC) and merges it before it may vote or stand.
 ASK_SUMMARY = 25
 #: Messages published to a replica, forwarded to the primary, and its answer
-#: (replication_forward.py).
+#: (forward.py).
 PUB_FORWARD, PUB_FORWARD_REPLY = 28, 29
 NAMES = {
     value: name

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..protocol.message import framed_id
-from .backend import Backend
-from .channel import SCREEN_BATCH, Channel
+from ...protocol.message import framed_id
+from ..backend import Backend
+from ..channel import SCREEN_BATCH, Channel
 
 if TYPE_CHECKING:
-    from .replication_topic import TopicReplica
-    from .topic import Topic
+    from ..topic import Topic
+    from .topic import TopicReplica
 
 
 class ReplicatedChannel(Channel):

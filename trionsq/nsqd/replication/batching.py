@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from .replication_topic import TopicReplica
+    from .topic import TopicReplica
 
 log = logging.getLogger("trionsq.nsqd")
 

@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..diskqueue import DiskQueue
-from ..protocol.message import framed_id
-from ..protocol.names import is_valid_channel_name
-from . import replication_wire as wire
-from .replication_admin_state import Version, parse_version
-from .replication_log import fsync_handles, split_ids
-from .replication_topic import NODE_BITS, PRIMARY, REPLICA, ReplicatedTopic, TopicReplica
+from ...diskqueue import DiskQueue
+from ...protocol.message import framed_id
+from ...protocol.names import is_valid_channel_name
+from . import wire
+from .admin_state import Version, parse_version
+from .log import fsync_handles, split_ids
+from .topic import NODE_BITS, PRIMARY, REPLICA, ReplicatedTopic, TopicReplica
 
 if TYPE_CHECKING:
-    from .channel import Channel
-    from .replication import Replication
-    from .topic import Topic
+    from ..channel import Channel
+    from ..topic import Topic
+    from .node import Replication
 
 log = logging.getLogger("trionsq.nsqd")
 

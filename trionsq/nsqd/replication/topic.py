@@ -6,7 +6,7 @@ office, step_down, and the join of a member (here solicited by the primary: SYNC
 
 Only replicated topics pay for any of it: an ordinary Topic never reaches this module. The
 hooks are the subclass's `put_frames` (the log write and the stream; on a node that does
-not lead the topic, the forward to the primary: replication_forward.py), `get_channel` (the
+not lead the topic, the forward to the primary: forward.py), `get_channel` (the
 channel's FINs are observed through its e2e slot, `FinObserver`, which the FIN paths already
 call) and nsqd's `wait_durable` (PUB's OK waits for a quorum, as --sync-ack's waits for fsync).
 
@@ -32,19 +32,20 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import trio
 
-from ..protocol.message import framed_id
-from ..protocol.names import is_ephemeral
-from . import replication_forward as forward
-from . import replication_wire as wire
-from .backend import Backend, from_wall_ns, to_wall_ns
-from .channel import Channel
-from .e2e_latency import E2ELatency, Result, disabled_result
-from .lookup import register, unregister
-from .replication_acks import AckQueue, Owed, Waiter
-from .replication_admin_state import AdminState, parse_version
-from .replication_catchup import CATCH_UP_BASE, CatchUp, catch_up
-from .replication_channel import ReplicatedChannel
-from .replication_log import (
+from ...protocol.message import framed_id
+from ...protocol.names import is_ephemeral
+from ..backend import Backend, from_wall_ns, to_wall_ns
+from ..channel import Channel
+from ..e2e_latency import E2ELatency, Result, disabled_result
+from ..lookup import register, unregister
+from ..topic import Topic, TopicExiting
+from ..wakeup import Wakeup
+from . import forward, wire
+from .acks import AckQueue, Owed, Waiter
+from .admin_state import AdminState, parse_version
+from .catchup import CATCH_UP_BASE, CatchUp, catch_up
+from .channel import ReplicatedChannel
+from .log import (
     LogSnapshot,
     Record,
     ReplicationLog,
@@ -54,13 +55,11 @@ from .replication_log import (
     scan_ids,
     split_ids,
 )
-from .topic import Topic, TopicExiting
-from .wakeup import Wakeup
 
 if TYPE_CHECKING:
-    from .nsqd import NSQD
-    from .replication import Replication
-    from .replication_peer import Peer
+    from ..nsqd import NSQD
+    from .node import Replication
+    from .peer import Peer
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -144,7 +143,7 @@ class ReplicatedTopic(Topic):
         due = to_wall_ns(trio.current_time() + defer) if defer > 0 else 0
         if replica.role != PRIMARY:
             # Another node leads, or an election runs: forwarded to the primary, and the
-            # publisher's answer waits for the batch they go in (replication_forward.py).
+            # publisher's answer waits for the batch they go in (forward.py).
             replica.owed_to = replica.forwarder.add(frames, due)
             return
         replica.publish(frames, due)
@@ -255,7 +254,7 @@ class TopicReplica:
         nsqd = repl.nsqd
         self.node_id = nsqd.options.node_id
         self.log = ReplicationLog(repl.data_path, topic.name)
-        #: Paused states and deleted channels, versioned (replication_admin_state.py).
+        #: Paused states and deleted channels, versioned (admin_state.py).
         self.admin = AdminState(repl.data_path, topic.name)
         self.role = REPLICA
         #: The lowest epoch of this topic: a topic of this name was deleted below it. A copy
@@ -291,7 +290,7 @@ class TopicReplica:
         self.sync_wake = Wakeup()
         self.members: dict[int, Member] = {}
         self.syncing: set[int] = set()
-        #: Peers being fed what they lack before they join the stream (replication_catchup).
+        #: Peers being fed what they lack before they join the stream (catchup.py).
         self.catching_up: dict[int, CatchUp] = {}
         #: Merges (a promise, a sync) one at a time: each appends what the log lacked when it
         #: scanned it.
@@ -343,7 +342,7 @@ class TopicReplica:
 
     def end_of_batch(self) -> None:
         """Write and stream what was accepted, and send the forwarded batch (at the end of a
-        batch of the loop's passes, `replication_batching.FlushWhenIdle`)."""
+        batch of the loop's passes, `batching.FlushWhenIdle`)."""
         self.flush()
         if self.forwarder.open is not None:
             self.forwarder.seal()
@@ -882,7 +881,7 @@ class TopicReplica:
 
     async def _sync(self, peer: Peer, epoch: int) -> None:
         """Make `peer` a member of this epoch: its summary, union both ways (what it lacks
-        by a paced catch-up, replication_catchup.py), then the stream."""
+        by a paced catch-up, catchup.py), then the stream."""
         assert peer.node_id is not None
         node_id = peer.node_id
         try:
