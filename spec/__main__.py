@@ -1,5 +1,6 @@
 """``python -m spec check [NAME ...]``: explore each spec to its bounds and check that every
-mutant is rejected; prints bounds, distinct states, depth, time and result per spec."""
+mutant is rejected; prints bounds, distinct states, depth, time and result per spec.
+``python -m spec trace FILE ...``: check the replication traces of one run (trace_check.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     check_cmd.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES)
     commands.add_parser("list", help="list specs and mutants")
+    trace_cmd = commands.add_parser(
+        "trace", help="check the members' --replication-trace-file of one run against the spec"
+    )
+    trace_cmd.add_argument("files", nargs="+", help="one trace per member")
     args = parser.parse_args(argv)
+
+    if args.command == "trace":
+        from .trace_check import run
+
+        return run(args.files)
 
     if args.command == "list":
         for spec in all_specs():

@@ -1,5 +1,5 @@
 """The spec of one V2 client connection: which commands each connection state accepts, what
-they answer, and which messages the daemon may deliver to it (reference §1.3, §1.9).
+they answer, and which messages the daemon may deliver to it (docs/protocol.md §1.3, §1.9).
 
 It is built from the state table the daemon checks states with
 (`trionsq.protocol.client_states.RULES`); a fault perturbs that table or a command's effect.
@@ -8,7 +8,7 @@ The properties are stated without the table, from what a client is promised:
 - a connection subscribes at most once, and IDENTIFY is only accepted before SUB;
 - messages are delivered only to a subscribed connection, never beyond its RDY window, and
   never after CLS has been answered with CLOSE_WAIT;
-- an error whose code is fatal (the error code table, reference §1.4) closes the connection,
+- an error whose code is fatal (the error code table, docs/protocol.md §1.4) closes the connection,
   and a closed connection answers nothing more;
 - a consumer can always finish (or requeue) what is in flight to it, in SUBSCRIBED as in
   CLOSING (liveness: its FIN is fair).

@@ -1,4 +1,4 @@
-"""The disk queue (go-diskqueue, nsq-reference.md §7): what survives a crash, and what reading
+"""The disk queue (go-diskqueue, docs/protocol.md §7): what survives a crash, and what reading
 does with a corrupt segment. This module owns the spec that trionsq's disk queue must satisfy.
 
 Theory of operation. The queue is a sequence of segment files of at most `records_per_file`

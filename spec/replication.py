@@ -39,6 +39,14 @@ Theory of operation (names follow docs/replication.md):
   request arrived; the sender retries, and writes are idempotent). A lost request is only a
   delay; a partition is a false suspicion plus delays.
 
+**The roles' rules are the daemon's**: the roles, their transitions (`STAND`, `ELECTED`,
+`STEP_DOWN`, `RESTART`), the next ballot, quorums, who may promise, stepping down and which
+stream a replica accepts come from `trionsq/nsqd/replication/roles.py`, the module the daemon
+decides with (`Bounds.rules`, roles.RULES). Two faults are perturbations of those rules
+(`rules_with`): ``takeover_without_epoch`` (the table makes a suspecting replica primary at
+once) and ``replica_ignores_epoch`` (the stream rule ignores the epoch); the others are in the
+actions.
+
 Time is abstract: leases, heartbeats and timeouts are not modelled (docs/replication.md says
 how a lease keeps an old primary from serving while another does). So the checker shows that
 correctness does not depend on clocks: an old primary that goes on serving after a takeover
@@ -75,13 +83,27 @@ Properties:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import NamedTuple
 
-from .core import Action, Invariant, Liveness, Mutant, Spec, StepInvariant
+from trionsq.nsqd.replication.roles import (
+    CANDIDATE,
+    ELECTED,
+    PRIMARY,
+    REPLICA,
+    RESTART,
+    RULES,
+    STAND,
+    Ballot,
+    Rules,
+    Verdict,
+    is_quorum,
+    outranks,
+    stream_verdict,
+)
 
-PRIMARY, REPLICA, CANDIDATE = "primary", "replica", "candidate"
+from .core import Action, Invariant, Liveness, Mutant, Spec, StepInvariant
 
 FAULTS = {
     "ack_before_replicated": (
@@ -98,7 +120,7 @@ FAULTS = {
         " they hold"
     ),
     "replica_ignores_epoch": (
-        "a replica writes and acknowledges messages from a primary of an older epoch"
+        "a replica accepts the stream (messages, FIN batches) of a primary of an older epoch"
     ),
     "rejoin_replaces_log": (
         "a node that joins the primary replaces its messages with the primary's instead of"
@@ -106,8 +128,8 @@ FAULTS = {
     ),
 }
 
-Epoch = tuple[int, int]
-"""``(round, node)``: ordered as a tuple."""
+Epoch = Ballot
+"""``(round, node)``: ordered as a tuple (roles.py's ballots)."""
 
 
 class Node(NamedTuple):
@@ -173,10 +195,33 @@ class Bounds:
     fair_restart: bool = False
     """With two nodes a quorum is both: liveness needs the crashed node to come back."""
     faults: frozenset[str] = field(default_factory=frozenset)
+    rules: Rules = RULES
+    """The roles' rules the actions follow (roles.py's, unless a mutant perturbs one)."""
 
     @property
     def quorum(self) -> int:
+        """A majority, as the properties count it: stated here, not taken from the rules
+        (the actions count with `rules.quorum_size`, which a mutant may perturb)."""
         return self.nodes // 2 + 1
+
+
+# -- the rules and their faults ----------------------------------------------------------------
+
+
+def _ignores_epoch(role: str, held: Epoch, epoch: Epoch) -> Verdict:
+    """A faulty stream rule: a replica accepts any primary's stream, whatever its epoch."""
+    return Verdict.ACCEPT if role == REPLICA else stream_verdict(role, held, epoch)
+
+
+def rules_with(faults: frozenset[str], rules: Rules = RULES) -> Rules:
+    """`rules` with the rule faults among `faults` applied (the others are in the actions)."""
+    if "takeover_without_epoch" in faults:
+        # A suspecting replica goes straight to office, without a candidacy.
+        transitions = {**rules.transitions, (REPLICA, STAND): PRIMARY}
+        rules = replace(rules, transitions=transitions)
+    if "replica_ignores_epoch" in faults:
+        rules = replace(rules, stream_verdict=_ignores_epoch)
+    return rules
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -279,10 +324,11 @@ def _serving(state: State, at_least: Epoch) -> bool:
     return any(n.up and n.role in (PRIMARY, CANDIDATE) and n.epoch >= at_least for n in state.nodes)
 
 
-def _take_office(state: State, index: int) -> State:
+def _take_office(state: State, index: int, role: str) -> State:
+    """Node `index` takes office, as `role` (the table's: PRIMARY), with its voters as members."""
     node = state.nodes[index]
     members = node.votes - {index}
-    node = _volatile_reset(node, PRIMARY)._replace(members=members)
+    node = _volatile_reset(node, role)._replace(members=members)
     state = _set(state, index, node)
     served = state.ghost.served | {(node.epoch, index)}
     return state._replace(ghost=state.ghost._replace(served=served))
@@ -314,8 +360,10 @@ def acknowledge(bounds: Bounds, state: State) -> Instances:
             continue
         for message in sorted(node.pending):
             copies = 1 + sum(1 for m, _ in node.acks if m == message)
-            needed = 1 if "ack_before_replicated" in bounds.faults else bounds.quorum
-            if copies >= needed:
+            needed = bounds.rules.quorum_size(bounds.nodes)
+            if "ack_before_replicated" in bounds.faults:
+                needed = 1
+            if is_quorum(copies, needed):
                 after = _set(state, index, node._replace(pending=node.pending - {message}))
                 acked = after.ghost.acked | {message}
                 yield (
@@ -355,10 +403,8 @@ def _replications(bounds: Bounds, state: State) -> Iterator[tuple[int, int, int]
             replica = state.nodes[member]
             if not replica.up:
                 continue
-            accepts = replica.epoch == node.epoch or (
-                "replica_ignores_epoch" in bounds.faults and replica.role == REPLICA
-            )
-            if not accepts:
+            verdict = bounds.rules.stream_verdict(replica.role, replica.epoch, node.epoch)
+            if verdict is not Verdict.ACCEPT:
                 continue
             for message in sorted(node.log):
                 if (message, member) not in node.acks:
@@ -392,7 +438,10 @@ def replicate_fins(bounds: Bounds, state: State) -> Instances:
             continue
         for member in sorted(node.members):
             replica = state.nodes[member]
-            if not replica.up or replica.epoch != node.epoch:
+            if not replica.up:
+                continue
+            verdict = bounds.rules.stream_verdict(replica.role, replica.epoch, node.epoch)
+            if verdict is not Verdict.ACCEPT:
                 continue
             if forgets:
                 received = {m for m, n in state.ghost.fin_received if n == member}
@@ -408,15 +457,19 @@ def replicate_fins(bounds: Bounds, state: State) -> Instances:
 
 
 def _candidacy(bounds: Bounds, state: State, index: int) -> State | None:
+    """Node `index` stands: a candidate in its next ballot, with its own vote (None beyond
+    the bound on rounds)."""
+    rules = bounds.rules
     node = state.nodes[index]
-    if "takeover_without_epoch" in bounds.faults:
-        return _take_office(_set(state, index, node._replace(votes=frozenset({index}))), index)
-    round_ = node.epoch[0] + 1
-    if round_ > bounds.max_round:
+    role = rules.next_role(node.role, STAND)
+    if role == PRIMARY:
+        # A table without candidacy: office at once, in the epoch it has, on its own vote.
+        node = node._replace(votes=frozenset({index}))
+        return _take_office(_set(state, index, node), index, role)
+    epoch = rules.next_ballot(node.epoch, index)
+    if epoch[0] > bounds.max_round:
         return None
-    node = _volatile_reset(node, CANDIDATE)._replace(
-        epoch=(round_, index), votes=frozenset({index})
-    )
+    node = _volatile_reset(node, role)._replace(epoch=epoch, votes=frozenset({index}))
     return _set(state, index, node)
 
 
@@ -442,41 +495,44 @@ def suspect_falsely(bounds: Bounds, state: State) -> Instances:
                 yield f"suspect({name(index)}) falsely", after
 
 
-def _promisers(state: State) -> Iterator[tuple[int, int]]:
+def _promisers(bounds: Bounds, state: State) -> Iterator[tuple[int, int]]:
+    """(candidate, voter) for each promise a node may send a candidate. Time is abstract: no
+    lease or recent word from a primary holds a promise back (`may_promise`'s defaults)."""
+    may_promise = bounds.rules.may_promise
     for index, node in enumerate(state.nodes):
         if not (node.up and node.role == CANDIDATE):
             continue
         for voter, other in enumerate(state.nodes):
-            # An equal epoch: the voter promised already and its promise was lost.
-            if (
-                voter != index
-                and other.up
-                and voter not in node.votes
-                and other.epoch <= node.epoch
-            ):
+            if voter == index or not other.up or voter in node.votes:
+                continue
+            # An equal epoch: the voter promised already and its promise was lost (sent again).
+            if may_promise(node.epoch, other.epoch, other.role) or other.epoch == node.epoch:
                 yield index, voter
 
 
-def _adopt(state: State, index: int, epoch: Epoch) -> State:
-    """Node `index` adopts a higher epoch: whatever role it had ends (a primary's in-flight
-    messages are forgotten: they will be delivered again). A primary that still counts it as
-    a member learns only when it meets the higher epoch (`step_down`): until then the node
-    refuses its stream."""
-    node = _volatile_reset(state.nodes[index])._replace(epoch=epoch)
+def _adopt(bounds: Bounds, state: State, index: int, epoch: Epoch) -> State:
+    """Node `index` adopts a higher epoch: it steps down (`roles.step_down`), whatever role
+    it had ends (a primary's in-flight messages are forgotten: they will be delivered
+    again). A primary that still counts it as a member learns only when it meets the higher
+    epoch (`step_down`): until then the node refuses its stream."""
+    node = state.nodes[index]
+    role, epoch = bounds.rules.step_down(node.role, node.epoch, epoch)
+    node = _volatile_reset(node, role)._replace(epoch=epoch)
     return _set(state, index, node)
 
 
 def promise(bounds: Bounds, state: State) -> Instances:
     """A node promises the candidate's epoch and sends its state; with a quorum of promises
     the candidate takes office."""
-    for index, voter in _promisers(state):
-        after = _adopt(state, voter, state.nodes[index].epoch)
+    rules = bounds.rules
+    for index, voter in _promisers(bounds, state):
+        after = _adopt(bounds, state, voter, state.nodes[index].epoch)
         after = _merge(bounds, after, index, voter)
         node = after.nodes[index]
         node = node._replace(votes=node.votes | {voter})
         after = _set(after, index, node)
-        if len(node.votes) >= bounds.quorum:
-            after = _take_office(after, index)
+        if is_quorum(len(node.votes), rules.quorum_size(bounds.nodes)):
+            after = _take_office(after, index, rules.next_role(node.role, ELECTED))
         yield f"promise({name(voter)}→{name(index)})", after
 
 
@@ -485,8 +541,8 @@ def promise_lost(bounds: Bounds, state: State) -> Instances:
     if not state.budget.losses:
         return
     spent = _spend(state, "losses")
-    for index, voter in _promisers(state):
-        after = _adopt(spent, voter, state.nodes[index].epoch)
+    for index, voter in _promisers(bounds, state):
+        after = _adopt(bounds, spent, voter, state.nodes[index].epoch)
         yield f"promise({name(voter)}→{name(index)}) lost", after
 
 
@@ -496,9 +552,10 @@ def step_down(bounds: Bounds, state: State) -> Instances:
     for index, node in enumerate(state.nodes):
         if not (node.up and node.role in (PRIMARY, CANDIDATE)):
             continue
-        higher = {n.epoch for n in state.nodes if n.up and n.epoch > node.epoch}
+        higher = {n.epoch for n in state.nodes if n.up and outranks(n.epoch, node.epoch)}
         for epoch in sorted(higher):
-            yield f"step_down({name(index)}, {epoch_name(epoch)})", _adopt(state, index, epoch)
+            after = _adopt(bounds, state, index, epoch)
+            yield f"step_down({name(index)}, {epoch_name(epoch)})", after
 
 
 def join(bounds: Bounds, state: State) -> Instances:
@@ -510,9 +567,9 @@ def join(bounds: Bounds, state: State) -> Instances:
         for other, replica in enumerate(state.nodes):
             if other == index or other in node.members or not replica.up:
                 continue
-            if replica.role != REPLICA or replica.epoch > node.epoch:
+            if replica.role != REPLICA or outranks(replica.epoch, node.epoch):
                 continue
-            after = _adopt(state, other, node.epoch)
+            after = _adopt(bounds, state, other, node.epoch)
             if "rejoin_replaces_log" in bounds.faults:
                 kept = replica.log & node.log
                 after = _set(
@@ -530,8 +587,10 @@ def join(bounds: Bounds, state: State) -> Instances:
 # -- failures ---------------------------------------------------------------------------------
 
 
-def _stop(state: State, index: int) -> State:
-    node = _volatile_reset(state.nodes[index])._replace(up=False)
+def _stop(bounds: Bounds, state: State, index: int) -> State:
+    """The process stops; it will start in the table's role for a restart (a replica)."""
+    node = state.nodes[index]
+    node = _volatile_reset(node, bounds.rules.next_role(node.role, RESTART))._replace(up=False)
     return _leave(_set(state, index, node), index)
 
 
@@ -542,7 +601,7 @@ def crash(bounds: Bounds, state: State) -> Instances:
     spent = _spend(state, "crashes")
     for index, node in enumerate(state.nodes):
         if node.up:
-            yield f"crash({name(index)})", _stop(spent, index)
+            yield f"crash({name(index)})", _stop(bounds, spent, index)
 
 
 def power_loss(bounds: Bounds, state: State) -> Instances:
@@ -552,7 +611,7 @@ def power_loss(bounds: Bounds, state: State) -> Instances:
     spent = _spend(state, "power_losses")
     for index, node in enumerate(state.nodes):
         if node.up:
-            after = _stop(spent, index)
+            after = _stop(bounds, spent, index)
             kept = node.log - node.unsynced
             after = _set(after, index, after.nodes[index]._replace(log=kept, unsynced=frozenset()))
             dropped = after.ghost.dropped | {(m, index) for m in node.unsynced}
@@ -699,6 +758,7 @@ def _actions(bounds: Bounds) -> tuple[Action, ...]:
 
 
 def build(name_: str, bounds: Bounds) -> Spec:
+    bounds = replace(bounds, rules=rules_with(bounds.faults, bounds.rules))
     return Spec(
         name=name_,
         description=(
@@ -731,7 +791,7 @@ def build(name_: str, bounds: Bounds) -> Spec:
                 "every acknowledged message is eventually finished", partial(unfinished, bounds)
             ),
         ),
-        bounds={k: v for k, v in vars(bounds).items() if k != "faults"},
+        bounds={k: v for k, v in vars(bounds).items() if k not in ("faults", "rules")},
         show=show,
     )
 
@@ -757,8 +817,8 @@ MUTANT_CONFIG = {
     "takeover_without_epoch": "crash",
     "replica_forgets_fins": "crash",
     "takeover_without_merge": "crash",
-    # an old primary's message written by a replica that promised the new epoch, stranded
-    # when the old primary dies
+    # an old primary's FIN batch recorded by a replica that promised the new epoch: the new
+    # primary, which never merged that FIN, delivers the message again
     "replica_ignores_epoch": "partition_crash",
     # a copy lost in a power loss, then a takeover without the message
     "rejoin_replaces_log": "power_loss",

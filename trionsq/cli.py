@@ -76,7 +76,7 @@ def _daemon(command: str, app: str, argv: Sequence[str]) -> int:
         return 1
     setup_logging(f"trionsq.{app}", options.log_prefix, options.log_level)
     try:
-        return run(options)  # type: ignore[arg-type]
+        return run(options)
     except KeyboardInterrupt:
         return 130
 

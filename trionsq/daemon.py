@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .goerrors import cert_pool_error, key_pair_error, listen_error
+from .net.addresses import split_host_port
 
 if TYPE_CHECKING:
     import trio
@@ -64,8 +65,6 @@ async def start_http(
     listening socket `fd` opened for it; the bound host and port. A bad address or a failed
     bind is Go's ``failed to instantiate <daemon> - listen (...) failed - ...``
     `StartupError`."""
-    from .nsqd.addresses import split_host_port
-
     try:
         if fd is not None:
             bind = f"fd://{fd}"

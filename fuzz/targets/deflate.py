@@ -1,5 +1,5 @@
 """The raw-DEFLATE stream nsqd reads an upgraded connection with
-(trionsq.nsqd.transport.DeflateStream) over a fake transport that delivers arbitrary bytes in
+(trionsq.net.transport.DeflateStream) over a fake transport that delivers arbitrary bytes in
 arbitrary splits; and a round trip through DeflateStream's own compressor.
 
 What must hold: only `TransportError` escapes `receive_some`; each call returns at most
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import trio
 
-from trionsq.nsqd.transport import DeflateStream, TransportError
+from trionsq.net.transport import DeflateStream, TransportError
 
 from ..common import check, split_input
 

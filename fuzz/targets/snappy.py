@@ -1,5 +1,5 @@
 """The snappy framing-format decoder nsqd reads an upgraded connection with
-(trionsq.nsqd.transport.SnappyDecoder), fed arbitrary bytes in arbitrary splits; and a round
+(trionsq.net.transport.SnappyDecoder), fed arbitrary bytes in arbitrary splits; and a round
 trip of the raw input through python-snappy's StreamCompressor (what peers send).
 
 What must hold: only `TransportError` escapes `feed`/`eof`; output is bounded (each feed
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import snappy
 
-from trionsq.nsqd.transport import SnappyDecoder, TransportError
+from trionsq.net.transport import SnappyDecoder, TransportError
 
 from ..common import check, split_input
 

@@ -1,6 +1,6 @@
 """A small blocking client for nsqlookupd's TCP protocol V1, for the conformance suite.
 
-The V1 protocol (reference §6.1): the client sends the magic ``"  V1"``, then commands of
+The V1 protocol (docs/protocol.md §6.1): the client sends the magic ``"  V1"``, then commands of
 one line each; IDENTIFY is followed by ``[4-byte size][JSON]``. Every reply, success or
 error, is ``[4-byte big-endian size][data]`` with **no** frame type; errors read
 ``"<CODE> <text>"`` and nsqlookupd closes the connection after sending one.
@@ -31,7 +31,7 @@ _ERROR_CODES = (b"E_INVALID", b"E_BAD_BODY", b"E_BAD_TOPIC", b"E_BAD_CHANNEL", b
 
 
 def peer_info(**overrides: Any) -> dict[str, Any]:
-    """An IDENTIFY body like the one nsqd sends (reference §5), with a unique
+    """An IDENTIFY body like the one nsqd sends (docs/protocol.md §5), with a unique
     ``broadcast_address`` and ``hostname`` so that a test can find its own producer in
     /lookup and /nodes of a shared nsqlookupd, and so that tombstoning it (node =
     ``broadcast_address:http_port``) touches no other test's producer."""

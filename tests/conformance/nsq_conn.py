@@ -317,7 +317,7 @@ class NSQConn:
         return self._recv_exact(n, timeout)
 
     def start_deflate(self, level: int) -> None:
-        """From now on, both directions are raw DEFLATE streams (reference §1.3 IDENTIFY)."""
+        """From now on, both directions are raw DEFLATE streams (docs/protocol.md §1.3 IDENTIFY)."""
         self._inflater = zlib.decompressobj(-15)
         self._deflater = zlib.compressobj(level, zlib.DEFLATED, -15)
 

@@ -1,4 +1,4 @@
-"""Blocking helpers for nsqd's HTTP API in the conformance suite (reference §4).
+"""Blocking helpers for nsqd's HTTP API in the conformance suite (docs/protocol.md §4).
 
 Every helper checks a reply exactly as Go nsqd's `http_api.RespondV1` writes it: errors are
 the compact JSON ``{"message":"<TEXT>"}`` with ``Content-Type: application/json;

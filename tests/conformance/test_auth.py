@@ -1,4 +1,4 @@
-"""AUTH on an nsqd without an auth server (the default; reference §1.3 AUTH)."""
+"""AUTH on an nsqd without an auth server (the default; docs/protocol.md §1.3 AUTH)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Connection start, command framing, unknown commands and NOP (reference §1.1-§1.3)."""
+"""Connection start, command framing, unknown commands and NOP (docs/protocol.md §1.1-§1.3)."""
 
 from __future__ import annotations
 

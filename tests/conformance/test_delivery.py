@@ -1,5 +1,5 @@
 """Delivery: the RDY window, message frame contents, channels sharing and fanning out,
-ephemeral channels (reference §1.3 RDY, §1.5, §1.6, §1.8, §2.1, §2.2, §2.6)."""
+ephemeral channels (docs/protocol.md §1.3 RDY, §1.5, §1.6, §1.8, §2.1, §2.2, §2.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Heartbeats (reference §1.7): `_heartbeat_` every interval in any state; a client that
+"""Heartbeats (docs/protocol.md §1.7): `_heartbeat_` every interval in any state; a client that
 answers nothing for two intervals is disconnected without an error frame."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """nsqd HTTP API basics: /ping, /info, routing (404/405), the V1 response format and the
-Accept negotiation, query parsing, and /config (reference §4; Go's nsqd/http.go and
+Accept negotiation, query parsing, and /config (docs/protocol.md §4; Go's nsqd/http.go and
 internal/http_api/api_response.go)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """HTTP /pub and /mpub: delivery over TCP, defer, text and binary /mpub, limits and every
-error path, in Go's order of checks (reference §4; Go's doPUB / doMPUB in nsqd/http.go)."""
+error path, in Go's order of checks (docs/protocol.md §4; Go's doPUB / doMPUB in nsqd/http.go)."""
 
 from __future__ import annotations
 

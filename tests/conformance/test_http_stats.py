@@ -1,5 +1,5 @@
 """GET /stats: the JSON shape and its filters, per-client stats for consumers and
-producers, the counters, and the text format (reference §2.8, §4, §4.1; Go's nsqd/stats.go,
+producers, the counters, and the text format (docs/protocol.md §2.8, §4, §4.1; Go's nsqd/stats.go,
 doStats and printStats in nsqd/http.go)."""
 
 from __future__ import annotations

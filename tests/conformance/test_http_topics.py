@@ -1,6 +1,6 @@
 """HTTP topic and channel administration: /topic/{create,delete,empty,pause,unpause} and
 /channel/{create,delete,empty,pause,unpause}, their effects on delivery and on /stats, and
-every argument error in Go's order of checks (reference §2.5, §4)."""
+every argument error in Go's order of checks (docs/protocol.md §2.5, §4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """IDENTIFY: negotiation reply, validation of each field, body errors, state
-(reference §1.3 IDENTIFY). Only nsqd's default flags are assumed."""
+(docs/protocol.md §1.3 IDENTIFY). Only nsqd's default flags are assumed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """In-flight messages: FIN, REQ, TOUCH, timeouts and redelivery, CLS, disconnects
-(reference §1.3 FIN/REQ/TOUCH/CLS, §1.8, §2.3, §2.4). A deadline is honoured no earlier than
+(docs/protocol.md §1.3 FIN/REQ/TOUCH/CLS, §1.8, §2.3, §2.4). A deadline is honoured no earlier than
 its time and at most `SCAN_LATENESS` later (nsqd's queue scan). The `check_*` scenarios take
 that lateness as an argument: `tests/integration/test_nsqd_scan_timing.py` runs them against
 trionsq with its tighter bound."""

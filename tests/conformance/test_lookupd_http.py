@@ -1,6 +1,6 @@
 """nsqlookupd's HTTP API on its own: /ping, /info, routing, the V1 response format, query
 parsing, and the registration routes driven over HTTP only (/topics, /channels, /lookup,
-/nodes, /debug, /topic/*, /channel/*) with their argument errors (reference §6.3; Go's
+/nodes, /debug, /topic/*, /channel/*) with their argument errors (docs/protocol.md §6.3; Go's
 nsqlookupd/http.go and internal/http_api/).
 
 Producers registered over TCP are covered by test_lookupd_registry.py.

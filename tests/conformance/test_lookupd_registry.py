@@ -1,6 +1,6 @@
 """nsqlookupd's registration DB as nsqd drives it over TCP and clients read it over HTTP:
 REGISTER / UNREGISTER / disconnect seen in /lookup, /topics, /channels, /nodes and /debug,
-tombstones, and HTTP deletes of keys that live producers hold (reference §6.1-§6.3; Go's
+tombstones, and HTTP deletes of keys that live producers hold (docs/protocol.md §6.1-§6.3; Go's
 nsqlookupd/lookup_protocol_v1.go, registration_db.go and http.go).
 
 Needs both nsqlookupd addresses. Every producer IDENTIFYs with a unique

@@ -1,5 +1,5 @@
 """nsqlookupd's TCP protocol V1 on its own: magic, reply framing, PING, unknown commands,
-IDENTIFY and the argument checks of REGISTER / UNREGISTER (reference §6.1; Go's
+IDENTIFY and the argument checks of REGISTER / UNREGISTER (docs/protocol.md §6.1; Go's
 nsqlookupd/tcp.go and nsqlookupd/lookup_protocol_v1.go).
 
 Every error nsqlookupd sends is a FatalClientErr: the ``[size]CODE text`` reply, then the

@@ -1,4 +1,4 @@
-"""PUB, MPUB and DPUB: success, limits and every error path (reference §1.3). A DPUB is
+"""PUB, MPUB and DPUB: success, limits and every error path (docs/protocol.md §1.3). A DPUB is
 delivered no earlier than its defer and at most `SCAN_LATENESS` later (nsqd's queue scan)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SUB: success and its fatal errors (reference §1.3 SUB, §1.10 names)."""
+"""SUB: success and its fatal errors (docs/protocol.md §1.3 SUB, §1.10 names)."""
 
 from __future__ import annotations
 

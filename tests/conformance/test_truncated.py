@@ -1,5 +1,5 @@
 """A command whose size, count or body is cut short by the client closing its side: each
-is a fatal error naming what could not be read (reference §1.3 body errors)."""
+is a fatal error naming what could not be read (docs/protocol.md §1.3 body errors)."""
 
 from __future__ import annotations
 

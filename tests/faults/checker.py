@@ -25,6 +25,8 @@ Per trial (`check`), one dict of figures, printed as one ``FAULT-TRIAL {json}`` 
   that the poll after it shows primary of a newer epoch than the one at the fault;
   ``publish_resumed_s``: from the (last) fault being in place (every victim killed, stopped
   or cut off) to the first ``OK`` of a publish sent after that.
+- ``trace_violation`` (`check_traces`, trionsq's nsqd only): the first step of the members'
+  replication traces that the spec does not allow (must be none; spec/trace_check.py).
 
 `summarise` prints a table over many trials, per fault kind.
 """
@@ -35,6 +37,7 @@ import bisect
 import json
 import statistics
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 from .cluster import CHANNEL
@@ -244,6 +247,22 @@ def check(history: History, rdy: int = 50) -> dict[str, Any]:
         "converged": converged,
         "notes": notes[:5],
     }
+
+
+def check_traces(paths: list[Path]) -> dict[str, Any]:
+    """The members' replication traces (trionsq's ``--replication-trace-file``) replayed
+    against the spec by spec/trace_check.py: ``trace_steps``, and ``trace_violation`` (the
+    first step the spec does not allow, or why the traces could not be read: must be none)."""
+    from spec import trace_check
+
+    try:
+        report = trace_check.check_files(paths)
+    except (OSError, trace_check.TraceError) as err:
+        return {"trace_violation": f"unreadable trace: {err}"}
+    figures: dict[str, Any] = {"trace_steps": report.steps}
+    if report.violation is not None:
+        figures["trace_violation"] = str(report.violation)
+    return figures
 
 
 def trial_line(fault: str, seed: int, figures: dict[str, Any]) -> str:

@@ -5,7 +5,8 @@ The nsqd command line is a parameter (`nsqd_command`; ``TRIONSQ_FAULTS_NSQD`` in
 environment, split like a shell line): any nsqd that takes Go nsqd's flags and trionsq's
 replication flags (``--replicate-to``, ``--replicate-topic``, ``--replication-secret``) and
 shows the topic's ``replication`` object (role, epoch) in ``/stats?format=json`` can be put
-under the suite. Its stderr goes to ``<root>/n<i>.log``.
+under the suite. Its stderr goes to ``<root>/n<i>.log``; with `Cluster`'s ``trace`` (trionsq's
+nsqd only) each member also writes ``--replication-trace-file=<root>/n<i>.trace``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Member:
         command: Sequence[str],
         extra_args: Sequence[str] = (),
         prefix: Sequence[str] = (),
+        trace: Path | None = None,
     ) -> None:
         self.index = index
         self.node_id = index + 1
@@ -82,7 +84,10 @@ class Member:
             f"--replication-secret={SECRET}",
             *(f"--replicate-to={peer}" for peer in peer_addresses),
             *extra_args,
+            *([f"--replication-trace-file={trace}"] if trace is not None else []),
         ]
+        #: trionsq's replication trace (checked by spec/trace_check.py), if asked for
+        self.trace = trace
         self.argv = [*prefix, *command, *self.args]
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped = False
@@ -376,6 +381,7 @@ class Cluster:
         command: Sequence[str] | None = None,
         data_dirs: Sequence[Path] | None = None,
         size: int = 3,
+        trace: bool = False,
     ) -> None:
         self.root = root
         self.netns = netns
@@ -413,6 +419,7 @@ class Cluster:
                     command,
                     extra_args,
                     prefix,
+                    root / f"n{i + 1}.trace" if trace else None,
                 )
             )
 
@@ -432,6 +439,10 @@ class Cluster:
             if info and info.get("role") == "primary":
                 return member
         return None
+
+    def traces(self) -> list[Path]:
+        """The members' trace files (none unless the cluster was made with `trace`)."""
+        return [m.trace for m in self.members if m.trace is not None and m.trace.exists()]
 
     def converged(self) -> bool:
         """Every member answers, one of them primary, all in its epoch."""

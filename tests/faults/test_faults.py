@@ -4,9 +4,10 @@ long run and prints the figures).
 
 Each trial asserts what must hold whatever the timing: no acknowledged message lost, no
 corrupt or never-published body delivered, never two primaries in one epoch, the set back to
-one primary with every member in its epoch, and publishing resumed within 30 s. Failover
-times and duplicates are printed (the ``FAULT-TRIAL`` line, ``pytest -s``), not asserted:
-this machine is shared and its timing noisy.
+one primary with every member in its epoch, publishing resumed within 30 s, and the members'
+replication traces replayed against the spec without a step it does not allow
+(spec/trace_check.py). Failover times and duplicates are printed (the ``FAULT-TRIAL`` line,
+``pytest -s``), not asserted: this machine is shared and its timing noisy.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def problems(figures: dict[str, object]) -> list[str]:
         found.append(f"{figures['never_published']} bodies delivered that nobody published")
     if figures.get("two_primaries"):
         found.append(f"two primaries in epochs {figures['two_primaries']}")
+    if figures.get("trace_violation"):
+        found.append(f"the members' traces break the spec: {figures['trace_violation']}")
     if "error" not in figures:
         if figures.get("converged_s") is None:
             found.append("the set did not converge (one primary, every member in its epoch)")

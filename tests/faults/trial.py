@@ -7,6 +7,7 @@ of `GROUPS`) are listed in tests/faults/README.md.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import nemesis
-from .checker import check
+from .checker import check, check_traces
 from .cluster import (
     BACKLOG_CHANNEL,
     CHANNEL,
@@ -51,6 +52,9 @@ class TrialOptions:
     command: list[str] | None = None
     #: keep the temporary directory (data, logs) instead of removing it
     keep: bool = False
+    #: each member writes a replication trace, replayed against the spec at the end
+    #: (``trace_violation``); only with trionsq's nsqd (no `command`, no TRIONSQ_FAULTS_NSQD)
+    trace: bool = True
     log: Callable[[str], None] | None = None
 
 
@@ -387,6 +391,9 @@ def run_trial(name: str, options: TrialOptions | None = None) -> TrialResult:
             extra_args=[*options.extra_args, *scenario.extra_args],
             command=options.command,
             data_dirs=data_dirs,
+            trace=options.trace
+            and options.command is None
+            and not os.environ.get("TRIONSQ_FAULTS_NSQD"),
         )
         cluster.start()
         _setup_topic(cluster, rng, channels)
@@ -431,6 +438,8 @@ def run_trial(name: str, options: TrialOptions | None = None) -> TrialResult:
         if cluster is not None:
             cluster.close()
             logs = "\n".join(m.log_tail(25, notable=True) for m in cluster.members)
+            if cluster.traces():
+                figures.update(check_traces(cluster.traces()))
         for disk in disks:
             disk.close()
         if netns is not None:

@@ -1,4 +1,4 @@
-"""AUTH against a small auth server the test runs (reference §9): the request nsqd makes, the
+"""AUTH against a small auth server the test runs (docs/protocol.md §9): the request nsqd makes, the
 reply's validation, permission checks for PUB, MPUB, DPUB and SUB with NSQ's errors,
 re-authorisation when the ttl expires, and the identity in /stats."""
 

@@ -1,4 +1,4 @@
-"""TLS, snappy and deflate negotiated by IDENTIFY (reference §1.3), --tls-required, client
+"""TLS, snappy and deflate negotiated by IDENTIFY (docs/protocol.md §1.3), --tls-required, client
 certificate policies and HTTPS, against an in-process nsqd over real TCP connections, with a
 trustme CA.
 
@@ -27,10 +27,10 @@ from tests.nsqd_harness import Conn, run_inline, start_nsqd
 from trionsq.apps.bench.reader import parse_batch
 from trionsq.apps.bench.transports import TRANSPORTS, TransportSpec, subscribe_with
 from trionsq.daemon import StartupError
+from trionsq.net.transport import DeflateStream, SnappyStream
 from trionsq.nsqd.nsqd import NSQD
 from trionsq.nsqd.options import NSQDOptions
 from trionsq.nsqd.stats import snapshot
-from trionsq.nsqd.transport import DeflateStream, SnappyStream
 from trionsq.protocol import (
     FRAME_TYPE_ERROR,
     FRAME_TYPE_MESSAGE,

@@ -50,8 +50,13 @@ def checkout(tmp_path: Path) -> Path:
     for name in ["run", "test", "scripts/setup-venv", "pyproject.toml", "setup.py"]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, root / name)
-    (root / "trionsq/protocol").mkdir(parents=True)
-    shutil.copy2(ROOT / "trionsq/protocol/_speedups.c", root / "trionsq/protocol")
+    for name in [
+        "trionsq/protocol/_speedups.c",
+        "trionsq/protocol/crc32c_impl.h",
+        "trionsq/nsqd/replication/_log_loops.c",
+    ]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, root / name)
     fake = tmp_path / "bin/python3"
     fake.parent.mkdir()
     fake.write_text(_FAKE)

@@ -1,5 +1,5 @@
-"""pynsq with ``auth_secret`` against trionsq nsqd and an auth server (reference §9): a secret
-the server grants publishes and consumes; one it refuses gets no message through."""
+"""pynsq with ``auth_secret`` against trionsq nsqd and an auth server (docs/protocol.md §9): a
+secret the server grants publishes and consumes; one it refuses gets no message through."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from tests.nsqd_harness import Conn
+from trionsq.nsqd.assembly import new_nsqd
 from trionsq.nsqd.nsqd import NSQD
 from trionsq.nsqd.options import NSQDOptions
 from trionsq.nsqd.replication.log import ReplicationLog
@@ -78,7 +79,9 @@ class Cluster:
         async def run(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
             try:
                 with scope:
-                    await NSQD(options, run_blocking=self.run_blocking).run(task_status=task_status)
+                    await new_nsqd(options, run_blocking=self.run_blocking).run(
+                        task_status=task_status
+                    )
             finally:
                 exited.set()
 
@@ -435,24 +438,31 @@ async def publish_loop(
         await trio.sleep(0.02)
 
 
+async def proxied(nursery: trio.Nursery, cluster: Cluster) -> dict[tuple[int, int], Proxy]:
+    """Make member i dial member j through a `Proxy` (returned as proxies[i, j]), so that a
+    test can cut or stall any link."""
+    proxies: dict[tuple[int, int], Proxy] = {}
+    size = len(cluster.options)
+    for i in range(size):
+        for j in range(size):
+            if i != j:
+                proxy = Proxy(cluster.ports[j])
+                await nursery.start(proxy.run)
+                proxies[i, j] = proxy
+        cluster.options[i] = dataclasses.replace(
+            cluster.options[i],
+            replicate_to=[f"127.0.0.1:{proxies[i, j].port}" for j in range(size) if j != i],
+        )
+    return proxies
+
+
 @pytest.mark.parametrize("fault", ["stall", "drop"])
 async def test_a_partitioned_primary_loses_no_acknowledged_message(
     tmp_path: Path, fault: str
 ) -> None:
     async with trio.open_nursery() as nursery:
         cluster = Cluster(nursery, tmp_path)
-        # Member i dials member j through proxies[i, j].
-        proxies: dict[tuple[int, int], Proxy] = {}
-        for i in range(3):
-            for j in range(3):
-                if i != j:
-                    proxy = Proxy(cluster.ports[j])
-                    await nursery.start(proxy.run)
-                    proxies[i, j] = proxy
-            cluster.options[i] = dataclasses.replace(
-                cluster.options[i],
-                replicate_to=[f"127.0.0.1:{proxies[i, j].port}" for j in range(3) if j != i],
-            )
+        proxies = await proxied(nursery, cluster)
         await cluster.start_all()
         n1 = cluster.nodes[0]
         assert n1 is not None
@@ -525,7 +535,7 @@ async def test_without_replication_flags_stats_and_files_are_unchanged(tmp_path:
             http_address="",
             data_path=str(tmp_path),
         )
-        nsqd = await nursery.start(NSQD(options).run)
+        nsqd = await nursery.start(new_nsqd(options).run)
         assert nsqd.replication is None and not nsqd.hold_acks
         assert await publish(nsqd, "rt", [b"a"]) == [b"a"]
         assert not isinstance(nsqd.topics["rt"], ReplicatedTopic)

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
+from spec import trace_check
 from tests.conformance.nsq_conn import ConnectionClosed, NSQConn
 from trionsq.protocol import FRAME_TYPE_RESPONSE, mpub, pub
 from trionsq.testing import DaemonProcess, free_ports, pythonpath_env
@@ -50,6 +51,7 @@ class Member:
         self.tcp, self.http = ports[index]
         self.data = root / f"n{index + 1}"
         self.data.mkdir()
+        self.trace = root / f"n{index + 1}.trace"
         peers = [f"--replicate-to=127.0.0.1:{t}" for j, (t, _) in enumerate(ports) if j != index]
         self.args = [
             f"--node-id={index + 1}",
@@ -60,6 +62,8 @@ class Member:
             f"--replicate-topic={TOPIC}",
             f"--replication-secret={SECRET}",
             "--msg-timeout=3s",
+            # checked against the spec at the end (spec/trace_check.py)
+            f"--replication-trace-file={self.trace}",
             *peers,
         ]
         self.process: DaemonProcess | None = None
@@ -344,3 +348,8 @@ def test_kill_9_of_the_primary_loses_no_acknowledged_message(tmp_path: Path, tri
         f"pynsq: {len(py_lost)} of {len(acked)} acknowledged messages never delivered, "
         f"e.g. {sorted(py_lost)[:5]}"
     )
+    # Every member's steps, replayed against the spec (the traces of the kill -9 included).
+    report = trace_check.check_files([m.trace for m in members])
+    print(report.summary())
+    assert report.ok, report.summary()
+    assert report.counts["take_office"] >= 2, "the trace shows no takeover"

@@ -18,8 +18,8 @@ import trio
 from tests.integration.test_replication import Cluster, Proxy, publish
 from tests.nsqd_harness import Conn
 from trionsq.nsqd.nsqd import NSQD
-from trionsq.nsqd.replication.log import FIN_SUFFIX, LOG_HEADER, LOG_SUFFIX, encode_frames
 from trionsq.nsqd.replication import wire as wire
+from trionsq.nsqd.replication.log import FIN_SUFFIX, LOG_HEADER, LOG_SUFFIX, encode_frames
 from trionsq.nsqd.replication.topic import ReplicatedTopic, TopicReplica
 from trionsq.protocol import dpub, fin, mpub, pub, rdy, req, touch
 from trionsq.protocol.message import encode_new_frames, framed_id

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from tests.integration.test_replication import Cluster, publish
-from trionsq.nsqd.replication import topic as replication_topic
+from trionsq.nsqd.replication import stream as replication_stream
 from trionsq.nsqd.replication.log import fsync_handles
 
 
@@ -26,7 +26,7 @@ async def test_sync_ack_answers_once_a_quorum_fsynced(
         primary_may_sync.wait(10)
         fsync_handles(fds)
 
-    monkeypatch.setattr(replication_topic, "fsync_handles", gated_fsync)
+    monkeypatch.setattr(replication_stream, "fsync_handles", gated_fsync)
     async with trio.open_nursery() as nursery:
         # A long lease: a member waiting in its fsync answers no heartbeat meanwhile.
         cluster = Cluster(

@@ -1,5 +1,5 @@
-"""go-diskqueue's on-disk format, byte for byte (reference §7): file names, record framing, the
-metadata text, atomic rewrites and trionsq's deferred side file; directories written by hand the
+"""go-diskqueue's on-disk format, byte for byte (docs/protocol.md §7): file names, record framing,
+the metadata text, atomic rewrites and trionsq's deferred side file; directories written by hand the
 way Go nsqd writes them open in trionsq, and what trionsq writes reads back with an independent
 reader that follows §7 only."""
 
@@ -64,7 +64,7 @@ def _queue(path: Path, name: str = "t", **kwargs: object) -> DiskQueue:
 
 
 def _read_go_dir(path: Path, name: str) -> tuple[Metadata, list[bytes]]:
-    """An independent reader following reference §7 only: parse the metadata text, then read
+    """An independent reader following docs/protocol.md §7 only: parse the metadata text, then read
     ``[4-byte BE length][payload]`` records from readFileNum,readPos up to writeFileNum,writePos,
     a finished file ending at its size."""
     text = (path / f"{name}.diskqueue.meta.dat").read_text()

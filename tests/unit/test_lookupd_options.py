@@ -1,4 +1,4 @@
-"""NSQLookupdOptions: NSQ's defaults (reference §6.4), Go flag syntax, TOML config keys and
+"""NSQLookupdOptions: NSQ's defaults (docs/protocol.md §6.4), Go flag syntax, TOML config keys and
 validation."""
 
 from __future__ import annotations

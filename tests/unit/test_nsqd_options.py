@@ -1,4 +1,5 @@
-"""NSQDOptions: NSQ's defaults (reference §3), flag/config resolution and startup validation."""
+"""NSQDOptions: NSQ's defaults (docs/protocol.md §3), flag/config resolution and startup
+validation."""
 
 from __future__ import annotations
 
@@ -122,6 +123,7 @@ TRIONSQ_DEFAULTS: dict[str, object] = {
     "replication_ack_timeout": 5.0,
     "replication_window": 4 * 1024 * 1024,
     "replication_degraded": "refuse",
+    "replication_trace_file": "",
 }
 TRIONSQ_FLAGS = [
     "sync-ack",
@@ -143,6 +145,7 @@ TRIONSQ_FLAGS = [
     "replication-ack-timeout",
     "replication-window",
     "replication-degraded",
+    "replication-trace-file",
 ]
 
 

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import trio
 
-from trionsq.cli import version_string
 from trionsq.nsqd import stats as stats_module
 from trionsq.nsqd.e2e_latency import (
     RELATIVE_ACCURACY,
@@ -24,6 +23,7 @@ from trionsq.nsqd.e2e_latency import (
 from trionsq.nsqd.options import NSQDOptions
 from trionsq.nsqd.stats import client_stats, format_text, go_duration, memory_stats
 from trionsq.protocol import encode_message_frame
+from trionsq.version import version_string
 
 MS = 1_000_000
 

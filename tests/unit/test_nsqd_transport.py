@@ -1,4 +1,4 @@
-"""trionsq.nsqd.transport: the snappy and deflate stream wrappers over in-memory streams (round
+"""trionsq.net.transport: the snappy and deflate stream wrappers over in-memory streams (round
 trips in any chunking, hostile input), the TLS context from nsqd's flags, and the TLS stats."""
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import trustme
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trionsq.nsqd.options import NSQDOptions
-from trionsq.nsqd.tls_config import build_server_context
-from trionsq.nsqd.transport import (
+from trionsq.net.transport import (
     DeflateStream,
     SnappyDecoder,
     SnappyStream,
     TransportError,
     tls_stats,
 )
+from trionsq.nsqd.options import NSQDOptions
+from trionsq.nsqd.tls_config import build_server_context
 
 STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
 

@@ -1,4 +1,5 @@
-"""Server-to-client frames (reference §1.2): layout, and incremental decoding at any split."""
+"""Server-to-client frames (docs/protocol.md §1.2): layout, and incremental decoding at any
+split."""
 
 from __future__ import annotations
 

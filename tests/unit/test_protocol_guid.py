@@ -1,4 +1,4 @@
-"""Message IDs (reference §1.6): ((ts - 1288834974288) << 22) | (node_id << 12) | sequence,
+"""Message IDs (docs/protocol.md §1.6): ((ts - 1288834974288) << 22) | (node_id << 12) | sequence,
 ts = unix ns >> 20, as 16 lowercase hex ASCII bytes."""
 
 from __future__ import annotations

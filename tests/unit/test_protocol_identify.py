@@ -1,4 +1,4 @@
-"""IDENTIFY negotiation (reference §1.3, IDENTIFY): field rules, check order, reply."""
+"""IDENTIFY negotiation (docs/protocol.md §1.3, IDENTIFY): field rules, check order, reply."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Message payloads and pre-framed messages (reference §1.5)."""
+"""Message payloads and pre-framed messages (docs/protocol.md §1.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Topic and channel names (reference §1.10): ``^[.a-zA-Z0-9_-]+(#ephemeral)?$``, 1..64."""
+"""Topic and channel names (docs/protocol.md §1.10): ``^[.a-zA-Z0-9_-]+(#ephemeral)?$``, 1..64."""
 
 from __future__ import annotations
 

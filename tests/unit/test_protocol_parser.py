@@ -1,4 +1,4 @@
-"""CommandParser against the V2 command grammar and nsqd's error texts (reference §1.3-1.4).
+"""CommandParser against the V2 command grammar and nsqd's error texts (docs/protocol.md §1.3-1.4).
 
 Expectations are written from the reference, not from the code. The central property: the
 parser's output (commands, then maybe one error) does not depend on how the byte stream is
@@ -206,7 +206,7 @@ def test_large_body_in_many_chunks() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Error paths (texts and fatality from reference §1.3; all of these are fatal)
+# Error paths (texts and fatality from docs/protocol.md §1.3; all of these are fatal)
 
 E = pytest.param
 

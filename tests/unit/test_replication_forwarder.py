@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import trio
 
-from trionsq.nsqd.replication.acks import TaskWaiter
-from trionsq.nsqd.replication.log import decode_records, encode_frames
+from trionsq.nsqd.acks import TaskWaiter
 from trionsq.nsqd.replication import forward as forward
 from trionsq.nsqd.replication import wire as wire
-from trionsq.nsqd.replication.topic import FLUSH_AT, PRIMARY, REPLICA
+from trionsq.nsqd.replication.batching import FLUSH_AT
+from trionsq.nsqd.replication.log import decode_records, encode_frames
+from trionsq.nsqd.replication.roles import PRIMARY, REPLICA
 from trionsq.protocol import GUIDFactory
 from trionsq.protocol.message import encode_new_frames
 

@@ -1,7 +1,7 @@
 """The replicated topic's log on one member (trionsq/nsqd/replication_log.py): appends without
 an in-memory index, what scans of the file return, the FIN files written in batches, a torn
 record cut off at load, compaction. Every test runs with the log's per-message loops in
-Python and compiled (_speedups.c), and a property checks the two agree."""
+Python and compiled (_log_loops.c), and a property checks the two agree."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trionsq.nsqd.replication import log as log_module
 from trionsq.nsqd.replication.log import (
     COMPACT_MIN,
     ID_HEADER,
@@ -27,7 +28,6 @@ from trionsq.nsqd.replication.log import (
     scan_ids,
     without_ids,
 )
-from trionsq.nsqd.replication import log as log_module
 from trionsq.protocol.message import encode_new_frames, framed_id
 
 TOPIC = "rt"
@@ -42,7 +42,7 @@ def _require_compiled() -> None:
         if os.environ.get("TRIONSQ_PURE_PYTHON"):
             pytest.skip("TRIONSQ_PURE_PYTHON is set: the compiled loops are not wanted")
         pytest.fail(
-            "trionsq/protocol/_speedups.c is not built: install a C compiler and run "
+            "trionsq/nsqd/replication/_log_loops.c is not built: install a C compiler and run "
             "scripts/setup-venv (or set TRIONSQ_PURE_PYTHON=1 to test without it)"
         )
 

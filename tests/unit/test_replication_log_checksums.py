@@ -20,6 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_replication_log import ids_of, log_loops, records  # noqa: F401
+from trionsq.nsqd.replication import log as log_module
+from trionsq.nsqd.replication import roles
+from trionsq.nsqd.replication import topic as rt
+from trionsq.nsqd.replication import wire as wire
 from trionsq.nsqd.replication.log import (
     CORRUPT_SUFFIX,
     ID_BLOCK_MAX,
@@ -33,9 +37,6 @@ from trionsq.nsqd.replication.log import (
     read_id_file,
     write_id_block,
 )
-from trionsq.nsqd.replication import log as log_module
-from trionsq.nsqd.replication import topic as rt
-from trionsq.nsqd.replication import wire as wire
 from trionsq.protocol.message import encode_new_frames, framed_id
 
 TOPIC = "rt"
@@ -506,7 +507,9 @@ def test_id_files_blocks_header_and_repair(tmp_path: Path) -> None:
 def test_a_bad_msgs_blob_is_refused_and_nothing_written(tmp_path: Path) -> None:
     log = ReplicationLog(str(tmp_path), TOPIC)
     blob = encode_records(records(0, 3))
-    stub = SimpleNamespace(epoch=5, role=rt.REPLICA, log=log, name=TOPIC, heard=lambda sender: None)
+    stub = SimpleNamespace(
+        epoch=5, role=roles.REPLICA, log=log, name=TOPIC, heard=lambda sender: None, trace=None
+    )
     header = {"topic": TOPIC, "epoch": 5, "total": 3}
     for byte in range(0, len(blob), 7):
         bad = bytearray(blob)

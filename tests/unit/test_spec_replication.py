@@ -29,7 +29,7 @@ REJECTED_BY = {
     "replication.takeover_without_epoch": "one primary per epoch, epochs only grow",
     "replication.replica_forgets_fins": "no redelivery of a FIN that reached the replicas",
     "replication.takeover_without_merge": "no redelivery of a FIN that reached the replicas",
-    "replication.replica_ignores_epoch": "every acknowledged message is eventually finished",
+    "replication.replica_ignores_epoch": "no redelivery of a FIN that reached the replicas",
     "replication.rejoin_replaces_log": (
         "an acknowledged message is lost only if every node that wrote it lost it unsynced"
     ),

@@ -1,5 +1,5 @@
 """`trionsq stat` (nsq_stat): poll ``/stats`` of every nsqd that has a topic and print one
-channel's totals across them, with nsq_stat's flags and table (reference §11).
+channel's totals across them, with nsq_stat's flags and table (docs/protocol.md §11).
 
 The producers come from ``--lookupd-http-address`` (``/lookup``) or from the
 ``--nsqd-http-address`` list (those whose ``/stats`` has the topic). Every ``--interval`` a row

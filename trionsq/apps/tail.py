@@ -1,5 +1,5 @@
 """`trionsq tail` (nsq_tail): print the messages of one or more topics to stdout, one per line,
-from an ephemeral channel by default; ``-n N`` exits after N messages (reference §11)."""
+from an ephemeral channel by default; ``-n N`` exits after N messages (docs/protocol.md §11)."""
 
 from __future__ import annotations
 

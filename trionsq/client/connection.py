@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from ..goerrors import address_problem, dial_error, errno_text
-from ..nsqd.transport import DeflateStream, SnappyStream
+from ..net.transport import DeflateStream, SnappyStream
 from ..protocol import commands
 from ..protocol.frames import (
     FRAME_TYPE_ERROR,

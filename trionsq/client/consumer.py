@@ -1,5 +1,5 @@
 """`Consumer`: subscribes one topic/channel on every nsqd given or discovered via lookupd, with
-go-nsq's conventions (reference §12): max_in_flight shared across connections (rotated when
+go-nsq's conventions (docs/protocol.md §12): max_in_flight shared across connections (rotated when
 it is smaller than the number of connections), exponential backoff on handler failures,
 requeue delays growing with attempts, max_attempts with a give-up hook, graceful close."""
 

@@ -1,4 +1,4 @@
-"""nsqlookupd discovery: ``GET /lookup?topic=`` on each lookupd (reference §6.3, §12), the
+"""nsqlookupd discovery: ``GET /lookup?topic=`` on each lookupd (docs/protocol.md §6.3, §12), the
 producers' ``broadcast_address:tcp_port`` collected. A 404 (topic not known yet) is no
 producers."""
 

@@ -1,4 +1,4 @@
-"""`ConnectionOptions`: what a client connection asks nsqd for in IDENTIFY (reference §1.3,
+"""`ConnectionOptions`: what a client connection asks nsqd for in IDENTIFY (docs/protocol.md §1.3,
 §12), plus TLS, compression and AUTH settings. Durations are in seconds."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The disk queue behind topics and channels, in go-diskqueue's on-disk format (reference §7).
+"""The disk queue behind topics and channels, in go-diskqueue's on-disk format
+(docs/protocol.md §7).
 
 The package's names are imported when first used, so that a submodule without trio (`fs`,
 `files`) can be imported alone: nsqd opens its data path before it imports trio

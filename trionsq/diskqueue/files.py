@@ -2,7 +2,7 @@
 
 A queue named ``N`` in ``data_path`` keeps its records in ``N.diskqueue.000000.dat``,
 ``N.diskqueue.000001.dat``, ... and its positions in ``N.diskqueue.meta.dat``, whose text is
-``"depth\\nreadFileNum,readPos\\nwriteFileNum,writePos\\n"`` (reference §7). trionsq adds
+``"depth\\nreadFileNum,readPos\\nwriteFileNum,writePos\\n"`` (docs/protocol.md §7). trionsq adds
 ``N.diskqueue.deferred.dat`` (due times of messages written at shutdown) and
 ``N.diskqueue.deferred.log`` (deferred.py), ``N.diskqueue.000000.crc``, ... (the checksums of
 the segments it writes, checksums.py) and ``N.diskqueue.bad`` (records that failed their

@@ -143,7 +143,7 @@ class _ReadFailed(Exception):
 
 
 class DiskQueue:
-    """A FIFO of message frames in ``<data_path>/<name>.diskqueue.*`` (reference §7)."""
+    """A FIFO of message frames in ``<data_path>/<name>.diskqueue.*`` (docs/protocol.md §7)."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
-"""nsqadmin's options (reference §8): the `NSQAdminOptions` dataclass with Go nsqadmin's defaults,
-its flag table and config keys, `parse_nsqadmin_args`, Go's startup checks (`validate`) and the
-``/config/:opt`` view of the options."""
+"""nsqadmin's options (docs/protocol.md §8): the `NSQAdminOptions` dataclass with Go nsqadmin's
+defaults, its flag table and config keys, `parse_nsqadmin_args`, Go's startup checks (`validate`)
+and the ``/config/:opt`` view of the options."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trionsq.logs import LEVELS, parse_log_level
-from trionsq.nsqd.addresses import split_host_port
+from trionsq.net.addresses import split_host_port
 from trionsq.options import (
     BOOL,
     DURATION,

@@ -1,5 +1,5 @@
-"""AUTH (reference §9): asking the auth servers (``--auth-http-address``) what a client's secret
-allows, and checking PUB/MPUB/DPUB/SUB against the answer.
+"""AUTH (docs/protocol.md §9): asking the auth servers (``--auth-http-address``) what a
+client's secret allows, and checking PUB/MPUB/DPUB/SUB against the answer.
 
 nsqd asks the servers in a random rotation until one answers 200 with a valid reply; the reply's
 ``ttl`` says how long it holds, after which the next check asks again. An authorization allows a
@@ -158,7 +158,7 @@ async def _query(
 
 def _layers(stream: object) -> list[object]:
     """A connection's stream and those it wraps (compression over TLS over the socket)."""
-    layers = []
+    layers: list[object] = []
     while stream is not None and len(layers) < 8:
         layers.append(stream)
         stream = next(

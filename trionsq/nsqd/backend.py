@@ -44,19 +44,38 @@ class BackendError(Exception):
 class Backend(Protocol):
     """What a topic or channel needs from the queue behind its memory queue."""
 
-    #: Messages not yet taken.
-    depth: int
-    #: Bytes of the records not yet taken (0 for the discarding backend).
-    depth_bytes: int
-    #: Message ID -> handed out by `take` and not yet released (for FIN's fast path).
-    owed: dict[bytes, int]
-    #: Message ID -> due time (Unix ns) of messages written while deferred (at shutdown).
-    deferred_due: dict[bytes, int]
-    #: Message ID -> (due time in Unix ns, frame) of the deferred messages held durably.
-    held_deferred: dict[bytes, tuple[int, bytes]]
-    #: Why the last read from the disk failed, until one works again (`take` then hands out
-    #: what it read before the failure; the caller retries after READ_RETRY_INTERVAL).
-    read_error: OSError | None
+    # Read-only here: each backend keeps them as it likes (the discarding one as constants).
+
+    @property
+    def depth(self) -> int:
+        """Messages not yet taken."""
+        ...
+
+    @property
+    def depth_bytes(self) -> int:
+        """Bytes of the records not yet taken (0 for the discarding backend)."""
+        ...
+
+    @property
+    def owed(self) -> dict[bytes, int]:
+        """Message ID -> handed out by `take` and not yet released (for FIN's fast path)."""
+        ...
+
+    @property
+    def deferred_due(self) -> dict[bytes, int]:
+        """Message ID -> due time (Unix ns) of messages written while deferred (at shutdown)."""
+        ...
+
+    @property
+    def held_deferred(self) -> dict[bytes, tuple[int, bytes]]:
+        """Message ID -> (due time in Unix ns, frame) of the deferred messages held durably."""
+        ...
+
+    @property
+    def read_error(self) -> OSError | None:
+        """Why the last read from the disk failed, until one works again (`take` then hands
+        out what it read before the failure; the caller retries after READ_RETRY_INTERVAL)."""
+        ...
 
     def put(self, frame: bytes) -> None:
         """Append one message; raises BackendError on failure."""

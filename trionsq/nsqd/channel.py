@@ -44,7 +44,7 @@ from .backend import (
 )
 from .client_v2 import ClientV2, InFlight
 from .dead_letter import Limits, Screen, screen_for
-from .e2e_latency import E2ELatency
+from .e2e_latency import FinRecorder
 from .e2e_latency import for_options as e2e_latency_for_options
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class Channel:
         self.dropped_count = 0
         self.rejected_count = 0
         # None unless --e2e-processing-latency-percentile is set: FIN then only tests for None.
-        self.e2e: E2ELatency | None = e2e_latency_for_options(self.nsqd.options)
+        self.e2e: FinRecorder | None = e2e_latency_for_options(self.nsqd.options)
         # Dead-lettering and TTL (dead_letter.py): this channel's own settings, and the limits
         # that apply to it (None unless one does: delivery then only tests for None).
         self.delivery_limits: Limits | None = None
@@ -507,7 +507,7 @@ class Channel:
     def _expire(
         self, table: dict[bytes, InFlight], irregular: set[bytes] | None, now: float
     ) -> bool:
-        expired = []
+        expired: list[bytes] = []
         for message_id, entry in table.items():
             if entry[1] > now:
                 break
@@ -515,13 +515,13 @@ class Channel:
         if irregular:
             expired += [i for i in irregular if i in table and table[i][1] <= now]
         for message_id in expired:
-            entry = table.pop(message_id, None)
-            if entry is None:
+            timed_out = table.pop(message_id, None)
+            if timed_out is None:
                 continue
             if irregular:
                 irregular.discard(message_id)
             self.timeout_count += 1
-            self.put(_delivered(entry[0]))
+            self.put(_delivered(timed_out[0]))
         return bool(expired)
 
     def next_deadline(self) -> float:

@@ -36,10 +36,10 @@ from .socket_stream import DirectSocketStream
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
+    from .acks import HeldAnswers, Owed
     from .auth import AuthState
     from .channel import Channel
     from .nsqd import NSQD
-    from .replication.acks import HeldAnswers, Owed
     from .topic import Topic
 
 #: `ClientV2.irregular` until SUB: nothing can be in flight before. Immutable, so that a use
@@ -130,11 +130,10 @@ class ClientV2:
         #: Topics this read batch published to, moved on to their channels once answered.
         self.pump_later: list[Topic] = []
         self.holding = False
-        #: Replication: the answers held for a quorum (replication.acks.HeldAnswers).
+        #: The answers held for what the read batch is owed (acks.HeldAnswers).
         self.held: HeldAnswers | None = None
-        #: Replication: the replicated topics this read batch published to, and the stream
-        #: position each had reached then, or the batches forwarded to their primaries
-        #: (what its answers wait for: `TopicReplica.owed_to`).
+        #: What this read batch's answers wait for beyond the disk: the `Receipt`s its
+        #: publishes got back (acks.py), merged by `Owed`.
         self.owed: dict[Owed, int] | None = None
         # Made when a task first waits for another's send (`drain`).
         self.send_done: trio.lowlevel.ParkingLot | None = None

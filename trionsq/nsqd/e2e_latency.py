@@ -1,6 +1,7 @@
-"""End-to-end processing latency (reference §2.8): for each channel, how long finished messages
-took from publish to FIN over the last ``--e2e-processing-latency-window-time``, summarised as
-the ``--e2e-processing-latency-percentile`` quantiles in `/stats`, statsd and Prometheus.
+"""End-to-end processing latency (docs/protocol.md §2.8): for each channel, how long finished
+messages took from publish to FIN over the last ``--e2e-processing-latency-window-time``,
+summarised as the ``--e2e-processing-latency-percentile`` quantiles in `/stats`, statsd and
+Prometheus.
 
 Like nsqd, an estimator keeps two half-window streams: samples go to the current one, and every
 window/2 the older one is dropped and a fresh one becomes current, so a query covers between
@@ -32,13 +33,14 @@ import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 __all__ = [
     "RELATIVE_ACCURACY",
     "E2ELatency",
+    "FinRecorder",
     "disabled_result",
     "for_options",
     "merged_result",
@@ -83,6 +85,21 @@ def _bucket_index(latency_ns: int) -> int:
 def _bucket_value(index: int) -> float:
     """The value representing a bucket, within RELATIVE_ACCURACY of anything in it."""
     return 2 * _GAMMA**index / (_GAMMA + 1)
+
+
+class FinRecorder(Protocol):
+    """A channel's e2e slot, which the FIN paths report each finished message's frame to: an
+    `E2ELatency`, or what a layer above puts there to observe FINs and pass them on
+    (replication's `FinObserver`, seam.py)."""
+
+    @property
+    def percentiles(self) -> tuple[float, ...] | None: ...
+
+    def record_frame(self, frame: bytes, now: float | None = None) -> None: ...
+
+    def live_halves(self, now: float | None = None) -> Sequence[_HalfWindow]: ...
+
+    def result(self, now: float | None = None) -> Result: ...
 
 
 class E2ELatency:
@@ -155,7 +172,7 @@ def for_options(options: Any, now: float | None = None) -> E2ELatency | None:
     return E2ELatency(options.e2e_processing_latency_window_time, percentiles, now)
 
 
-def merged_result(estimators: Iterable[E2ELatency | None], now: float | None = None) -> Result:
+def merged_result(estimators: Iterable[FinRecorder | None], now: float | None = None) -> Result:
     """A topic's latency: every sample of its channels' estimators; disabled if none has one."""
     halves: list[_HalfWindow] = []
     percentiles: tuple[float, ...] | None = None

@@ -1,4 +1,5 @@
-"""nsqd's HTTP API (reference §4): a quart-trio app served by hypercorn inside nsqd's nursery.
+"""nsqd's HTTP API (docs/protocol.md §4): a quart-trio app served by hypercorn inside nsqd's
+nursery.
 
 Routes, parameters, status codes and bodies are Go nsqd's: every response carries
 ``X-NSQ-Content-Type: nsq; version=1.0``; a string answers as text, a value as JSON, an error
@@ -40,8 +41,9 @@ from ..http_common import query as _query
 from ..logs import set_log_level
 from ..options import GoParseError, parse_duration
 from ..protocol.errors import ProtocolError
-from ..protocol.names import is_ephemeral, is_valid_channel_name, is_valid_topic_name
+from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.parser import CommandParser
+from . import acks
 from .backend import BackendError
 from .bounds import BoundsError, LimitOverride, QueueFull, limits_json
 from .dead_letter import Limits, describe_limits
@@ -105,15 +107,14 @@ def existing_topic(nsqd: NSQD, params: dict[str, list[str]], validate: bool) -> 
 
 
 async def replicated_admin(topic: Topic, action: str, channel: str | None = None) -> bool:
-    """An admin action on a replicated topic (replication_admin.py): done by the primary
-    with its members, forwarded to it from a replica; raises HTTPError with the answer if it
-    is not 200. False for any other topic (and an ephemeral channel): the caller acts here."""
-    if not topic.replicated or (channel is not None and is_ephemeral(channel)):
+    """An admin action on a replicated topic (`Topic.admin`, replication/admin.py): done by
+    the primary with its members, forwarded to it from a replica; raises HTTPError with the
+    answer if it is not 200. False for any other topic (and an ephemeral channel): the caller
+    acts here."""
+    answer = await topic.admin(action, channel)
+    if answer is None:
         return False
-    # Imported when first used: a plain nsqd starts without the replication modules.
-    from .replication.admin import act
-
-    status, message = await act(topic, action, channel)
+    status, message = answer
     if status != 200:
         raise HTTPError(status, message or "INTERNAL_ERROR")
     return True
@@ -300,11 +301,7 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
         """Beyond NSQ (docs/replication.md section 8): the survivor of a two-member replica
         set takes over a replicated topic alone, its vote counted twice."""
         topic = existing_topic(nsqd, query(), validate=True)
-        if not topic.replicated:
-            raise HTTPError(400, "TOPIC_NOT_REPLICATED")
-        from .replication.admin import take_over
-
-        status, message = await take_over(topic)  # type: ignore[arg-type]
+        status, message = await topic.take_over()
         if status != 200:
             raise HTTPError(status, message or "INTERNAL_ERROR")
 
@@ -435,9 +432,10 @@ def create_app(nsqd: NSQD, *, tls_enabled: bool = False) -> QuartTrio:
 
 
 async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> None:
-    """Accept the messages; with --sync-ack, answer once they are fsynced."""
+    """Accept the messages; with --sync-ack, answer once they are fsynced, and for a
+    replicated topic once a quorum has them (acks.py)."""
     try:
-        topic.put_bodies(bodies, delay)
+        receipt = topic.put_bodies(bodies, delay)
     except TopicExiting:
         raise HTTPError(503, "EXITING") from None
     except BackendError:
@@ -447,11 +445,8 @@ async def _put(nsqd: NSQD, topic: Topic, bodies: list[bytes], delay: float) -> N
     except QueueFull:
         # A full bounded queue (bounds.py): retry later, like any 503.
         raise HTTPError(503, "QUEUE_FULL") from None
-    if nsqd.hold_acks:
-        replica = getattr(topic, "replica", None)
-        owed = None if replica is None else {replica.owed_to: replica.accepted}
-        if not await nsqd.wait_durable(owed):
-            raise HTTPError(503, "EXITING" if nsqd.exiting else "PUB_FAILED")
+    if nsqd.hold_acks and not await acks.wait_published(nsqd, receipt):
+        raise HTTPError(503, "EXITING" if nsqd.exiting else "PUB_FAILED")
 
 
 def _limits_from_query(

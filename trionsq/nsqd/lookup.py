@@ -1,4 +1,4 @@
-"""nsqd's lookup loop (reference §5): one peer task per nsqlookupd, registering this node's
+"""nsqd's lookup loop (docs/protocol.md §5): one peer task per nsqlookupd, registering this node's
 topics and channels so that consumers can find it.
 
 Each `LookupPeer` is a task in nsqd's root nursery. It connects (1 s timeout), sends the V1
@@ -29,8 +29,9 @@ import trio
 from .. import NSQ_VERSION
 from ..goerrors import dial_error, os_error
 from ..logs import go_net_error, go_struct
+from ..net.addresses import split_host_port
+from ..protocol.lookup_v1 import register
 from ..protocol.names import is_ephemeral
-from .addresses import split_host_port
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -58,21 +59,9 @@ class _Logged(LookupPeerError):
     """A failure already logged in Go's words (the peer only reconnects)."""
 
 
-def register(topic: str, channel: str | None = None) -> bytes:
-    return b"REGISTER " + _params(topic, channel) + b"\n"
-
-
-def unregister(topic: str, channel: str | None = None) -> bytes:
-    return b"UNREGISTER " + _params(topic, channel) + b"\n"
-
-
 def _topic_of(command: bytes) -> str:
     """The topic a REGISTER/UNREGISTER names."""
     return command.split()[1].decode()
-
-
-def _params(topic: str, channel: str | None) -> bytes:
-    return (topic if channel is None else f"{topic} {channel}").encode()
 
 
 def _text(command: bytes) -> str:

@@ -25,9 +25,9 @@ def run(options: NSQDOptions) -> int:
         return 1
     # The daemon's modules (trio, hypercorn, quart: most of start-up's time) are imported
     # only now: meanwhile the kernel queues the connections of clients that do not wait.
-    from .nsqd import NSQD
+    from .assembly import new_nsqd
 
-    nsqd = NSQD(options, opened=opened)
+    nsqd = new_nsqd(options, opened=opened)
     code = run_until_signalled(nsqd, log, signal_prefix="NSQ: ")
     if code == 0 and nsqd.exit_errors:
         log.critical("NSQ: exit incomplete - %s", "; ".join(nsqd.exit_errors))

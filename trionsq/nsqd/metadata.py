@@ -1,4 +1,4 @@
-"""``nsqd.dat``: which topics and channels exist and which are paused (reference §2.7).
+"""``nsqd.dat``: which topics and channels exist and which are paused (docs/protocol.md §2.7).
 
 Beyond Go's file, a topic's or channel's own queue limits (bounds.py) are kept under a
 ``queue_limits`` key, written only for those that have some: Go's loader ignores it, and a
@@ -231,13 +231,8 @@ def _describe(topic: Topic) -> TopicMetadata:
         channels,
         limits=topic.limit_override.to_json() if topic.limit_override else None,
         delivery_limits=topic.delivery_limits,
-        replication=_epoch(topic),
+        replication=topic.replication_epoch(),
     )
-
-
-def _epoch(topic: Topic) -> int | None:
-    replica = getattr(topic, "replica", None)
-    return None if replica is None else int(replica.epoch)
 
 
 class MetadataWriter:

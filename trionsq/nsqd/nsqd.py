@@ -43,6 +43,7 @@ from ..diskqueue.recovery import Recovered
 from ..diskqueue.syncer import BlockingRunner
 from ..goerrors import errno_text, os_error_text
 from ..protocol.guid import GUIDFactory
+from ..protocol.lookup_v1 import register, unregister
 from ..protocol.names import is_ephemeral
 from ..protocol.negotiation import IdentifyLimits
 from . import metadata
@@ -52,7 +53,7 @@ from .client_v2 import ClientV2
 from .dead_letter_names import DeadLetterNames
 from .heartbeats import Heartbeats
 from .http_api import serve_http
-from .lookup import LookupPeers, register, unregister
+from .lookup import LookupPeers
 from .memory_trim import MemoryTrimmer
 from .opening import Opened, open_nsqd
 from .options import NSQDOptions
@@ -63,8 +64,7 @@ from .topic import Topic
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
-    from .replication.acks import Owed
-    from .replication.node import Replication
+    from .seam import ReplicationLayer
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -81,12 +81,15 @@ class NSQD:
         run_blocking: BlockingRunner = trio.to_thread.run_sync,
         fs: FileSystem = LOCAL,
         opened: Opened | None = None,
+        replication: Callable[[NSQD], ReplicationLayer] | None = None,
     ) -> None:
         """`run_blocking` runs disk syncs, queue recovery, nsqd.dat writes and peeks at disk
         queues (a worker thread; tests on a MockClock pass an inline runner, so the clock does
         not jump while a thread works). `fs`: the file system under the data path (tests
         simulate a disk). `opened`: the locked data path and listening sockets, when the
-        program opened them before it imported the daemon (opening.py)."""
+        program opened them before it imported the daemon (opening.py). `replication`: the
+        layer of replicated topics, made for this nsqd (required with --replicate-to; the
+        program picks it: assembly.py)."""
         self.options = options
         self.fs = fs
         self._opened = opened
@@ -154,13 +157,13 @@ class NSQD:
         self.memory_trimmer = MemoryTrimmer(run_blocking)
         #: --dead-letter-topic, compiled (dead_letter.py).
         self.dead_letter_names = DeadLetterNames(options.dead_letter_topic)
-        #: Replicated topics (replication/): None unless --replicate-to is given.
-        self.replication: Replication | None = None
+        #: Replicated topics (seam.py): None unless --replicate-to is given.
+        self.replication: ReplicationLayer | None = None
         if options.replicate_to:
-            from .replication.node import Replication  # a plain nsqd never imports it
-
-            self.replication = Replication(self)
-        #: PUB's OK waits (`wait_durable`): --sync-ack, or replication on.
+            if replication is None:
+                raise ValueError("--replicate-to needs the replication layer (assembly.new_nsqd)")
+            self.replication = replication(self)
+        #: PUB's OK waits (acks.py): --sync-ack, or replication on.
         self.hold_acks = options.sync_ack or self.replication is not None
 
     # -- topics ---------------------------------------------------------------------------
@@ -180,28 +183,6 @@ class NSQD:
             return 0
         return self.options.mem_queue_size
 
-    async def wait_durable(self, owed: dict[Owed, int] | None = None) -> bool:
-        """--sync-ack: wait until every message accepted so far is fsynced, and nsqd.dat
-        names its topic and channels; replication: until the replicated topics of `owed`
-        have on a quorum what they had accepted then. False if the disk failed to make it
-        so, or no quorum had it in time."""
-        ok = True
-        if self.options.sync_ack:
-            ok = await self.disk_syncer.wait_durable()
-            if self.metadata.pending:
-                ok = await self.metadata.flush() and ok
-        if owed:
-            from .replication.acks import wait_replicated
-
-            ok = await wait_replicated(owed) and ok
-        return ok
-
-    def hold_answers(self, client: ClientV2) -> None:
-        """Replication without --sync-ack: the connection's answers wait for a quorum
-        while its task reads on (replication.acks.HeldAnswers)."""
-        assert self.replication is not None
-        self.replication.hold_answers(client)
-
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
@@ -214,8 +195,10 @@ class NSQD:
                 topic = Topic(self, name, backend)
             self.topics[name] = topic
             log.info("TOPIC(%s): created", name)
-            assert self._nursery is not None
-            self._nursery.start_soon(topic.pump_task, name=f"topic-pump:{name}")
+            nursery = self._nursery
+            assert nursery is not None
+            for task, task_name in topic.tasks():
+                nursery.start_soon(task, name=task_name)
             if not ephemeral:
                 self.persist_metadata(name)
             self.lookup.notify(register(name))
@@ -265,11 +248,10 @@ class NSQD:
     def _load_metadata(self, topics: list[metadata.TopicMetadata]) -> None:
         self._loading = True
         if self.replication is not None:
-            self.replication.loading = True
+            epochs = {t.name: t.replication for t in topics if t.replication is not None}
+            self.replication.load_started(epochs)
         try:
             for entry in topics:
-                if self.replication is not None and entry.replication is not None:
-                    self.replication.saved_epochs[entry.name] = entry.replication
                 topic = self.get_topic(entry.name)
                 if entry.limits:
                     topic.set_limits(LimitOverride.from_json(entry.limits))
@@ -288,7 +270,7 @@ class NSQD:
         finally:
             self._loading = False
             if self.replication is not None:
-                self.replication.loading = False
+                self.replication.load_finished()
 
     # -- clients --------------------------------------------------------------------------
 

@@ -16,11 +16,12 @@ import os
 import socket
 import ssl
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..daemon import StartupError, listen_failed
 from ..diskqueue.fs import FileSystem
+from ..net.addresses import split_host_port
 from ..version import build_description
-from .addresses import split_host_port
 from .data_path import DataPathError, check_writable, lock_data_path
 from .options import NSQDOptions
 from .tls_config import build_tls_context
@@ -132,7 +133,7 @@ def _listen_http(address: str) -> socket.socket:
         raise listen_failed(address, err, "nsqd") from err
 
 
-def _listening(family: int, sockaddr: object) -> socket.socket:
+def _listening(family: int, sockaddr: str | tuple[Any, ...]) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         if family != socket.AF_UNIX:

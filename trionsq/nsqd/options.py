@@ -138,6 +138,9 @@ class NSQDOptions:
     replication_ack_timeout: float = 5.0
     replication_window: int = 4 * 1024 * 1024
     replication_degraded: str = "refuse"
+    # beyond NSQ: this member's replication steps, one JSON line each (replication/trace.py,
+    # checked by `python -m spec trace`); empty: off
+    replication_trace_file: str = ""
 
     queue_scan_interval: float = 0.1  # no flag
     queue_scan_refresh_interval: float = 5.0  # no flag
@@ -572,6 +575,15 @@ _FLAG_SPECS: tuple[tuple[str, str, str | None, str, dict[str, Any]], ...] = (
         "--replication-ack-timeout, delivery stops with the lease) or 'accept' (acknowledge "
         "after its own write, unreplicated)",
         {"type_name": "value"},
+    ),
+    (
+        "replication-trace-file",
+        STRING,
+        None,
+        "[trionsq] append this member's replication steps (roles, epochs, stream writes and "
+        "acknowledgements, FIN batches) to this file, one JSON object per line, for "
+        "'python -m spec trace' to check against the spec (docs/replication.md); empty: off",
+        {},
     ),
     (
         "queue-scan-worker-pool-max",

@@ -1,10 +1,12 @@
 """The V2 protocol over one connection: the magic, the command loop, and every command's
-semantics and errors as nsqd has them (reference §1.3).
+semantics and errors as nsqd has them (docs/protocol.md §1.3).
 
-Each connection runs in its own nursery: the command loop (read, parse, execute, respond) and
-the client's message pump. Commands execute synchronously; the responses of a whole read batch
-are sent with one write. With --sync-ack, a batch that published waits for the disk syncer's
-next round (group commit) before anything of it is sent.
+Each connection is a task in nsqd's clients nursery, running the command loop (read, parse,
+execute, respond); its message pump, when it needs one, is another task there
+(heartbeats.py). Commands execute synchronously; the responses of a whole read batch are sent
+with one write. A batch that published is answered as acks.py decides: with --sync-ack it waits
+for the disk syncer's next round (group commit) before anything of it is sent; for a replicated
+topic its answers are held until a quorum has the messages while the loop reads on.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ import trio
 
 from ..daemon import first_leaf
 from ..logs import CLOSED_CONNECTION, go_net_error, go_struct
+from ..net.transport import DeflateStream, SnappyStream, TransportError
 from ..protocol import errors as E
-from ..protocol.client_states import COMMAND_STATES, RULES, CommandRule, Verdict
+from ..protocol.client_states import (
+    COMMAND_STATES,
+    RULES,
+    STATE_DISCONNECTED,
+    CommandRule,
+    Verdict,
+)
 from ..protocol.commands import MAGIC_V2, Command
 from ..protocol.errors import ProtocolError
 from ..protocol.frames import CLOSE_WAIT_FRAME, OK_FRAME, encode_error, encode_response
@@ -30,17 +39,15 @@ from ..protocol.goquote import go_quote
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from ..protocol.negotiation import IdentifyResult, negotiate
 from ..protocol.parser import CommandParser, parse_uint
+from . import acks
 from .auth import AuthError, AuthRequest, is_tls, query_any, tls_common_name
 from .backend import BackendError
 from .bounds import QueueFull
 from .channel import ChannelError
-from .client_v2 import STATE_DISCONNECTED, ClientV2
+from .client_v2 import ClientV2
 from .heartbeats import stop_pump
-from .replication.acks import NOT_DURABLE
-from .replication.wire import WireError as ReplicationWireError
 from .socket_stream import DirectSocketStream
 from .topic import TopicExiting
-from .transport import DeflateStream, SnappyStream, TransportError
 
 if TYPE_CHECKING:
     from .nsqd import NSQD
@@ -255,12 +262,12 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> str | N
                 if client.unsynced_publish:
                     if nsqd.options.sync_ack or fatal or upgrade is not None:
                         if not await _wait_durable(nsqd, client):
-                            return str(NOT_DURABLE)
+                            return str(acks.NOT_DURABLE)
                     else:
                         # Replication: the answers are sent once a quorum has the messages,
                         # by the task that sees it; this one reads on.
                         client.unsynced_publish = False
-                        nsqd.hold_answers(client)
+                        acks.hold_answers(client)
                 if fatal:
                     await _close_after_error(client)
                     return exit_error
@@ -292,14 +299,14 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> str | N
             elif read_until != math.inf:
                 read_until = read_deadline.deadline = math.inf
             try:
-                data = await stream.receive_some(READ_SIZE)
+                received = await stream.receive_some(READ_SIZE)
             except TransportError as err:
                 return f"failed to read command - {err}"
             except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
                 return "failed to read command - " + go_net_error(
                     stream, client.remote_address, "read", err
                 )
-            if not data:
+            if not received:
                 held = client.held
                 if held is not None and await held.wait():
                     await client.flush()  # a half-closed publisher still reads its OK
@@ -308,8 +315,7 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> str | N
                     # Go's flate reader: the stream ended without its final block.
                     exit_error = "failed to read command - unexpected EOF"
                 return exit_error
-            if type(data) is not bytes:
-                data = bytes(data)
+            data = received if type(received) is bytes else bytes(received)
     if not read_deadline.cancelled_caught:
         return None
     if trio.current_time() >= read_until:
@@ -331,13 +337,13 @@ async def _wait_durable(nsqd: NSQD, client: ClientV2) -> bool:
     client.holding = True
     owed, client.owed = client.owed, None
     try:
-        durable = await nsqd.wait_durable(owed)
+        durable = await acks.wait_durable(nsqd, owed)
     finally:
         client.holding = False
     if durable:
         return True
-    log.error("[%s] - %s", client.remote_address, NOT_DURABLE)
-    client.out = bytearray(encode_error(NOT_DURABLE.body))
+    log.error("[%s] - %s", client.remote_address, acks.NOT_DURABLE)
+    client.out = bytearray(encode_error(acks.NOT_DURABLE.body))
     await _close_after_error(client)
     return False
 
@@ -489,12 +495,9 @@ def _identify(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
     reply = result.reply(nsqd.identify_limits)
     if nsqd.replication is not None and "replication" in result.raw:
         # A member of this node's replica set: the connection becomes its stream (`_upgrade`).
-        try:
-            reply = nsqd.replication.identify_reply(
-                client, result.raw["replication"], reply, result.tls_v1
-            )
-        except ReplicationWireError as err:
-            raise ProtocolError(E.E_IDENTIFY_FAILED, f"IDENTIFY failed {err}") from None
+        reply = nsqd.replication.identify_reply(
+            client, result.raw["replication"], reply, result.tls_v1
+        )
         client.out += encode_response(reply)
         raise _Upgrade(result)
     client.out += encode_response(reply)
@@ -568,10 +571,10 @@ async def _upgrade(nsqd: NSQD, client: ClientV2, result: IdentifyResult) -> bool
             await peer.serve(client)
             return False
         return True
-    err = ProtocolError(E.E_IDENTIFY_FAILED, f"IDENTIFY failed {failure}")
-    log.error("[%s] - %s - %s", client.remote_address, err, failure)  # Go: its cause too
+    refusal = ProtocolError(E.E_IDENTIFY_FAILED, f"IDENTIFY failed {failure}")
+    log.error("[%s] - %s - %s", client.remote_address, refusal, failure)  # Go: its cause too
     # Like Go, over the last layer that worked (after a failed handshake, in plaintext).
-    client.out += encode_error(err.body)
+    client.out += encode_error(refusal.body)
     with trio.move_on_after(1):
         try:
             await _close_after_error(client)
@@ -909,7 +912,7 @@ def _publish(
         _check_auth(nsqd, client, cmd.name.decode(), topic_name, "")
     topic = nsqd.get_topic(topic_name)
     try:
-        topic.put_frames(frames, defer, client.pump_later)
+        receipt = topic.put_frames(frames, defer, client.pump_later)
     except (TopicExiting, BackendError) as err:
         raise ProtocolError(failed, f"{cmd.name.decode()} failed {err}") from None
     except QueueFull as err:
@@ -921,15 +924,7 @@ def _publish(
     counts[topic_name] = counts.get(topic_name, 0) + len(frames)
     client.out += OK_FRAME
     if nsqd.hold_acks:
-        client.unsynced_publish = True
-        replica = getattr(topic, "replica", None)
-        if replica is not None:
-            # Replicated: the OK waits for a quorum to have the messages accepted so far
-            # (or, forwarded to the primary, for its answer: `owed_to`).
-            owed = client.owed
-            if owed is None:
-                owed = client.owed = {}
-            owed[replica.owed_to] = replica.accepted
+        acks.published(client, receipt)
 
 
 def _pub(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:

@@ -1,6 +1,6 @@
 """nsqd's statistics: one snapshot of the daemon in the exact shape of NSQ's `/stats?format=json`
-(reference §4.1), and NSQ's human text rendering of it. The HTTP API, statsd and Prometheus all
-read `snapshot`.
+(docs/protocol.md §4.1), and NSQ's human text rendering of it. The HTTP API, statsd and
+Prometheus all read `snapshot`.
 
 `snapshot` walks the daemon once, reading counters the daemon keeps anyway; it allocates one
 dict per topic, channel and client, and sorts topic and channel names, so calling it every
@@ -35,10 +35,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import NSQ_VERSION
-from ..cli import version_string
+from ..net.transport import tls_stats
+from ..version import version_string
 from .bounds import stats_fields
 from .e2e_latency import disabled_result, merged_result
-from .transport import tls_stats
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -106,9 +106,9 @@ def _topics_stats(
 def _topic_stats(topic: Topic, channels: list[Stats]) -> Stats:
     stats = _topic_fields(topic, channels)
     # A replicated topic's role, epoch and lag (replication/topic.py): only those have it.
-    replica = getattr(topic, "replica", None)
-    if replica is not None:
-        stats["replication"] = replica.stats()
+    replication = topic.replication_stats()
+    if replication is not None:
+        stats["replication"] = replication
     return stats
 
 

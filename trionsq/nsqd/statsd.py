@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from .addresses import split_host_port
+from ..net.addresses import split_host_port
 from .options import NSQDOptions
 from .stats import MEMORY_KEYS
 
@@ -26,7 +26,7 @@ __all__ = [
 
 log = logging.getLogger("trionsq.nsqd")
 
-#: A `/stats?format=json` snapshot (reference §4.1), as built by `trionsq.nsqd.stats`.
+#: A `/stats?format=json` snapshot (docs/protocol.md §4.1), as built by `trionsq.nsqd.stats`.
 Snapshot = Mapping[str, Any]
 
 _EPHEMERAL_SUFFIX = "#ephemeral"

@@ -26,6 +26,11 @@ Bounded queues (bounds.py, opt-in): when the topic or one of its channels has li
 `bounded` is set and a publish goes through `_put_bounded` (refused when a ``reject`` queue
 is full; queued in order and trimmed under ``drop-oldest``); otherwise `put_frames` pays one
 attribute check for the feature.
+
+A layer above the core (replication, seam.py) subclasses Topic: what a publish waits for
+(`put_frames` hands back an acks.Receipt; an ordinary topic, None), its tasks (`tasks`), and
+`replication_epoch`, `replication_stats`, `admin` and `take_over`, which an ordinary topic
+answers with nothing.
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import trio
 
 from ..diskqueue import frames_from_records
+from ..protocol.lookup_v1 import register, unregister
 from ..protocol.message import FRAMED_BODY_OFFSET, encode_new_frames, framed_id
 from ..protocol.names import is_ephemeral
 from . import bounds
@@ -52,10 +59,10 @@ from .backend import (
 )
 from .channel import Channel
 from .dead_letter import Limits
-from .lookup import register, unregister
 from .wakeup import Wakeup
 
 if TYPE_CHECKING:
+    from .acks import Receipt
     from .nsqd import NSQD
 
 log = logging.getLogger("trionsq.nsqd")
@@ -99,8 +106,6 @@ class Topic:
 
     #: The class of its channels (a replicated topic's have their own).
     channel_class: ClassVar[type[Channel]] = Channel
-    #: A replicated topic (replication/topic.py).
-    replicated: ClassVar[bool] = False
 
     def __init__(self, nsqd: NSQD, name: str, backend: Backend) -> None:
         self.nsqd = nsqd
@@ -117,7 +122,7 @@ class Topic:
         ]
         self.channels: dict[str, Channel] = {}
         self.paused = False
-        # False while nsqd asks the lookupds which channels to create first (reference §2.1).
+        # False while nsqd asks the lookupds which channels to create first (docs/protocol.md §2.1).
         self.started = True
         self.exiting = False
         # The channels are owed the disk queue's backlog (`owed_backlog`): set by the pump's
@@ -141,22 +146,22 @@ class Topic:
     def depth(self) -> int:
         return len(self.memory) + self.backend.depth
 
-    def put_bodies(self, bodies: list[bytes], defer: float = 0.0) -> None:
-        """Accept published message bodies (all or none). Raises TopicExiting, or
-        BackendError when the disk refuses them."""
+    def put_bodies(self, bodies: list[bytes], defer: float = 0.0) -> Receipt | None:
+        """Accept published message bodies (all or none), as `put_frames`."""
         if self.exiting:
             raise TopicExiting("exiting")
         ids = self.nsqd.guid.next_ids(len(bodies))
-        self.put_frames(encode_new_frames(ids, time.time_ns(), bodies), defer)
+        return self.put_frames(encode_new_frames(ids, time.time_ns(), bodies), defer)
 
     def put_frames(
         self, frames: list[bytes], defer: float = 0.0, pump_later: list[Topic] | None = None
-    ) -> None:
+    ) -> Receipt | None:
         """Accept newly published messages, already framed with their IDs from nsqd's
         generator (the TCP parser frames them as it reads them): all or none. Raises
         TopicExiting, or BackendError when the disk refuses them. With `pump_later`, the
         topic adds itself there instead of moving the messages on: the caller calls `pump`
-        once it has answered the publisher."""
+        once it has answered the publisher. Returns what the publish's OK must wait for
+        beyond the disk (acks.py): None here, something for a replicated topic."""
         if self.exiting:
             raise TopicExiting("exiting")
         if self.bounded:
@@ -168,11 +173,12 @@ class Topic:
         self.message_count += len(frames)
         self.message_bytes += sum(map(len, frames)) - FRAMED_BODY_OFFSET * len(frames)
         if not self.channels:  # the pump has nothing to do (a new channel wakes it)
-            return
+            return None
         if pump_later is None:
             self.pump()
         elif self not in pump_later:
             pump_later.append(self)
+        return None
 
     def _defer(self, frames: list[bytes], defer: float) -> None:
         due = trio.current_time() + defer
@@ -231,6 +237,30 @@ class Topic:
         message; else wake the pump task."""
         if self.deferred or self.backend.depth or not self.wake.idle or self.pump_once():
             self.wake.set()
+
+    # -- what a layer above adds (seam.py) -------------------------------------------------
+
+    def tasks(self) -> list[tuple[Callable[[], Awaitable[None]], str]]:
+        """The topic's tasks and their names, started under nsqd's root nursery."""
+        return [(self.pump_task, f"topic-pump:{self.name}")]
+
+    def replication_epoch(self) -> int | None:
+        """The epoch nsqd.dat keeps for a replicated topic; None for any other."""
+        return None
+
+    def replication_stats(self) -> dict[str, Any] | None:
+        """A replicated topic's ``replication`` in /stats; None for any other."""
+        return None
+
+    async def admin(self, action: str, channel: str | None = None) -> tuple[int, str | None] | None:
+        """An HTTP admin action (``topic_delete``, ``channel_pause``...) that the topic's
+        replica set must agree on: its status and message once done there; None when the
+        caller acts here alone (any other topic)."""
+        return None
+
+    async def take_over(self) -> tuple[int, str | None]:
+        """``/topic/takeover`` (docs/replication.md section 8): only a replicated topic can."""
+        return 400, "TOPIC_NOT_REPLICATED"
 
     # -- the pump -------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""nsqlookupd's HTTP API (reference §6.3): a quart-trio app served by hypercorn inside
+"""nsqlookupd's HTTP API (docs/protocol.md §6.3): a quart-trio app served by hypercorn inside
 nsqlookupd's nursery, with Go nsqlookupd's routes, statuses, errors and JSON shapes.
 
 Responses are Go's V1 format (`trionsq.http_common`): ``X-NSQ-Content-Type: nsq; version=1.0``

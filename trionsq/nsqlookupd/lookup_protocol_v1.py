@@ -1,4 +1,4 @@
-"""nsqlookupd's TCP protocol V1 (reference §6.1): one connection's command loop and the
+"""nsqlookupd's TCP protocol V1 (docs/protocol.md §6.1): one connection's command loop and the
 commands (PING, IDENTIFY, REGISTER, UNREGISTER) executed against the registration DB.
 
 The loop feeds what it receives to the sans-IO `trionsq.protocol.lookup_v1.LookupParser`,

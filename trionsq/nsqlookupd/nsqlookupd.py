@@ -21,7 +21,7 @@ import trio
 
 from ..daemon import StartupError as StartupError  # re-exported: run() raises it
 from ..daemon import listen_failed, start_http
-from ..nsqd.addresses import split_host_port
+from ..net.addresses import split_host_port
 from ..version import build_description
 from .http_api import serve_http
 from .lookup_protocol_v1 import LookupProtocolV1

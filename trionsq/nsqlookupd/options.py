@@ -1,5 +1,5 @@
-"""nsqlookupd's options (reference §6.4): the `NSQLookupdOptions` dataclass with NSQ's defaults,
-its Go-compatible flag table and config keys, `parse_nsqlookupd_args` and validation."""
+"""nsqlookupd's options (docs/protocol.md §6.4): the `NSQLookupdOptions` dataclass with NSQ's
+defaults, its Go-compatible flag table and config keys, `parse_nsqlookupd_args` and validation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""nsqlookupd's registration DB (reference §6.2; the executable spec is
+"""nsqlookupd's registration DB (docs/protocol.md §6.2; the executable spec is
 ``spec/lookupd_registration.py``): registration keys ``(category, key, subkey)`` -> the
 producers registered under each, by peer id.
 

@@ -1,6 +1,6 @@
 """The V2 client connection's state machine, as one table: for each command, the states it is
 allowed in, the state it leads to, the states where it is silently ignored, and the error
-when it is refused (reference §1.3, §1.9).
+when it is refused (docs/protocol.md §1.3, §1.9).
 
 Rules this module obeys:
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .errors import E_INVALID, ProtocolError
 
-# Client states, numbered as nsqd reports them in /stats (reference §1.9).
+# Client states, numbered as nsqd reports them in /stats (docs/protocol.md §1.9).
 STATE_INIT = 0
 STATE_DISCONNECTED = 1
 STATE_CONNECTED = 2  # nsqd's lookup peers only; no V2 client is ever in it

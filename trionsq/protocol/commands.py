@@ -1,7 +1,7 @@
 """Client-to-server V2 commands: encoders (for clients, tests, fuzzers) and the `Command` event.
 
 A command is one line, ``NAME[ PARAM...]\\n``, optionally followed by a length-prefixed body
-(reference §1.3).
+(docs/protocol.md §1.3).
 """
 
 from __future__ import annotations

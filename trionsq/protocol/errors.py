@@ -21,7 +21,7 @@ E_FIN_FAILED = "E_FIN_FAILED"
 E_REQ_FAILED = "E_REQ_FAILED"
 E_TOUCH_FAILED = "E_TOUCH_FAILED"
 
-#: Whether nsqd closes the connection after sending each error (reference §1.4).
+#: Whether nsqd closes the connection after sending each error (docs/protocol.md §1.4).
 FATAL: dict[str, bool] = {
     E_BAD_PROTOCOL: True,
     E_INVALID: True,

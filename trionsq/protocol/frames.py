@@ -1,4 +1,4 @@
-"""Server-to-client frames: ``[4-byte size][4-byte frame type][data]`` (reference §1.2).
+"""Server-to-client frames: ``[4-byte size][4-byte frame type][data]`` (docs/protocol.md §1.2).
 
 Encoders for the server, and an incremental `FrameDecoder` for clients.
 """

@@ -1,4 +1,4 @@
-"""Message IDs as NSQ generates them (reference §1.6).
+"""Message IDs as NSQ generates them (docs/protocol.md §1.6).
 
 An ID is the lowercase hex of ``((ts - twepoch) << 22) | (node_id << 12) | sequence``
 with ``ts = unix_ns >> 20``; each topic has its own generator, strictly increasing.

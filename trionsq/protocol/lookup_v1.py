@@ -1,4 +1,4 @@
-"""Sans-IO codec of nsqlookupd's TCP protocol V1 (reference §6.1): the command parser, the
+"""Sans-IO codec of nsqlookupd's TCP protocol V1 (docs/protocol.md §6.1): the command parser, the
 response encoding, IDENTIFY's JSON body as Go decodes it, and REGISTER/UNREGISTER's topic and
 channel checks. No trio, no sockets, no clocks.
 
@@ -37,7 +37,9 @@ __all__ = [
     "LookupParser",
     "decode_identify",
     "encode_lookup_response",
+    "register",
     "topic_and_channel",
+    "unregister",
 ]
 
 MAGIC_V1 = b"  V1"
@@ -66,6 +68,20 @@ class LookupCommand(NamedTuple):
 
 
 CheckLine = Callable[[str, tuple[str, ...]], None]
+
+
+def register(topic: str, channel: str | None = None) -> bytes:
+    """nsqd's REGISTER line for a topic, or one of its channels."""
+    return b"REGISTER " + _params(topic, channel) + b"\n"
+
+
+def unregister(topic: str, channel: str | None = None) -> bytes:
+    """nsqd's UNREGISTER line for a topic, or one of its channels."""
+    return b"UNREGISTER " + _params(topic, channel) + b"\n"
+
+
+def _params(topic: str, channel: str | None) -> bytes:
+    return (topic if channel is None else f"{topic} {channel}").encode()
 
 
 def encode_lookup_response(data: bytes) -> bytes:

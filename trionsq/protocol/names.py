@@ -1,4 +1,4 @@
-"""Topic and channel name rules (reference §1.10)."""
+"""Topic and channel name rules (docs/protocol.md §1.10)."""
 
 from __future__ import annotations
 
@@ -19,5 +19,5 @@ is_valid_channel_name = is_valid_name
 
 
 def is_ephemeral(name: str) -> bool:
-    """True when `name` ends with ``#ephemeral`` (reference §2.6)."""
+    """True when `name` ends with ``#ephemeral`` (docs/protocol.md §2.6)."""
     return name.endswith(EPHEMERAL_SUFFIX)

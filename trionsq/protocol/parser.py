@@ -2,7 +2,7 @@
 
 Theory of operation: `feed` appends received bytes; `next_command` returns the next complete
 `Command`, None when more bytes are needed, or raises `ProtocolError` carrying the NSQ error
-code, text and fatality. Checks run in nsqd's order (reference §1.3): for each command, the
+code, text and fatality. Checks run in nsqd's order (docs/protocol.md §1.3): for each command, the
 checks nsqd makes before it reads the body (parameter count, names, numbers) raise as soon as
 the line is complete, without waiting for a body that may never come; a size field is checked
 as soon as its 4 bytes are in. An optional `check_line(name, params)` hook lets the daemon add
@@ -10,7 +10,7 @@ its own pre-body checks (connection state); it runs before the parser's own line
 the peer's stream ends (EOF or a read deadline), `eof` raises the error nsqd sends for a body
 cut short.
 
-MPUB is read as nsqd reads it (reference §1.3, MPUB quirk): the declared body size is only
+MPUB is read as nsqd reads it (docs/protocol.md §1.3, MPUB quirk): the declared body size is only
 checked against ``max_body_size``; the message count and the messages are then read straight
 from the stream, whatever the declared size says.
 
@@ -371,7 +371,7 @@ class CommandParser:
         elif kind == _MPUB:
             if len(params) < 1:
                 raise ProtocolError(E_INVALID, "MPUB insufficient number of parameters")
-            # nsqd repeats the code in this message's text (reference §1.3, MPUB quirk).
+            # nsqd repeats the code in this message's text (docs/protocol.md §1.3, MPUB quirk).
             _topic_check("MPUB", params[0], "E_BAD_TOPIC ")
         elif kind == _DPUB:
             if len(params) < 2:

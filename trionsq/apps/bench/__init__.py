@@ -19,6 +19,7 @@ Without ``--nsqd-tcp-address`` each mode starts its own ``trionsq nsqd`` on a fr
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -343,13 +344,13 @@ def _run_transports(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any
         for name in names:
             topic = f"{args.topic or 'transport_bench'}_{stamp}_{round_}_{name.replace('+', '_')}"
             wargs = argparse.Namespace(**{**vars(args), "count": count})
-            _measure({}, "writer", nsqd, lambda t=topic, a=wargs: _run_writer(a, nsqd, t))
+            _measure({}, "writer", nsqd, functools.partial(_run_writer, wargs, nsqd, topic))
             cpu0 = _daemon_cpu(nsqd)
             result = _measure(
                 {},
                 f"reader ({name})",
                 nsqd,
-                lambda t=topic, n=name: _run_reader(args, nsqd, t, count, n),
+                functools.partial(_run_reader, args, nsqd, topic, count, name),
             )
             cpu1 = _daemon_cpu(nsqd)
             runs[name].append(result)

@@ -27,7 +27,8 @@ from ...protocol.names import is_valid_channel_name
 from . import wire
 from .admin_state import Version, parse_version
 from .log import fsync_handles, split_ids
-from .topic import NODE_BITS, PRIMARY, REPLICA, ReplicatedTopic, TopicReplica
+from .roles import NODE_BITS, PRIMARY, REPLICA
+from .topic import ReplicatedTopic, TopicReplica
 
 if TYPE_CHECKING:
     from ..channel import Channel

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from .topic import TopicReplica
+    from .stream import Stream
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -28,14 +28,19 @@ log = logging.getLogger("trionsq.nsqd")
 MAX_DELAY = 0.0002
 
 
+#: Messages accepted that are written and streamed at once rather than at the end of the
+#: scheduler pass.
+FLUSH_AT = 64
+
+
 class FlushWhenIdle(trio.abc.Instrument):
     """The topics with accepted publishes to flush, flushed between two passes of the loop."""
 
     def __init__(self) -> None:
-        self._due: dict[TopicReplica, None] = {}
+        self._due: dict[Stream, None] = {}
         self._since = 0.0
 
-    def schedule(self, replica: TopicReplica) -> None:
+    def schedule(self, replica: Stream) -> None:
         """`replica` has publishes to write and stream (or forward) at the next flush."""
         if not self._due:
             self._since = perf_counter()

@@ -30,8 +30,8 @@ from . import wire
 from .log import LogSnapshot, without_ids
 
 if TYPE_CHECKING:
+    from .joining import Joining
     from .peer import Peer
-    from .topic import TopicReplica
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -93,7 +93,7 @@ def _lacking_chunk(
 
 
 async def catch_up(
-    replica: TopicReplica,
+    replica: Joining,
     peer: Peer,
     epoch: int,
     theirs: set[bytes],

@@ -29,17 +29,20 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..acks import Waiter, wait_durable
 from ..backend import BackendError, from_wall_ns
 from ..bounds import QueueFull
 from ..topic import Topic, TopicExiting
-from . import topic as rt
 from . import wire
-from .acks import Waiter
+from .batching import FLUSH_AT
 from .log import decode_records, encode_frames
+from .roles import PRIMARY
 
 if TYPE_CHECKING:
     from .node import Replication
     from .peer import Answer, Peer
+    from .stream import Stream
+    from .topic import TopicReplica
 
 log = logging.getLogger("trionsq.nsqd")
 
@@ -115,7 +118,7 @@ class ForwardBatch:
 class Forwarder:
     """One replicated topic's forwarded batches on this node."""
 
-    def __init__(self, replica: rt.TopicReplica) -> None:
+    def __init__(self, replica: Stream) -> None:
         self.replica = replica
         #: Accepting messages in this scheduler pass.
         self.open: ForwardBatch | None = None
@@ -132,7 +135,7 @@ class Forwarder:
     def add(self, frames: list[bytes], due: int) -> ForwardBatch:
         """Accept published messages for the primary; returns the batch their answers wait
         for. Sent at the end of a batch of scheduler passes (`seal`, `TopicReplica.end_of_batch`),
-        or at once from `rt.FLUSH_AT` messages or `SEAL_BYTES` on (an MPUB's worth)."""
+        or at once from `FLUSH_AT` messages or `SEAL_BYTES` on (an MPUB's worth)."""
         batch = self.open
         if batch is None:
             timeout = self.replica.repl.nsqd.options.replication_ack_timeout
@@ -140,7 +143,7 @@ class Forwarder:
         batch.entries.append((due, frames))
         batch.count += len(frames)
         batch.size += sum(map(len, frames))
-        if batch.count >= rt.FLUSH_AT or batch.size >= SEAL_BYTES:
+        if batch.count >= FLUSH_AT or batch.size >= SEAL_BYTES:
             self.seal()
         else:
             self.replica.repl.batching.schedule(self.replica)
@@ -159,7 +162,7 @@ class Forwarder:
         if not self.waiting:
             return
         replica = self.replica
-        if replica.role == rt.PRIMARY:
+        if replica.role == PRIMARY:
             self._publish_here()
             return
         primary = replica.primary
@@ -284,7 +287,7 @@ class Forwarder:
         return {"forwarded_messages": self.forwarded, "forward_failed_messages": self.failed}
 
 
-def put_here(replica: rt.TopicReplica, frames: list[bytes], due: int) -> None:
+def put_here(replica: Stream, frames: list[bytes], due: int) -> None:
     """Publish messages made elsewhere (IDs, timestamps and due time kept) as the primary:
     to the log and the stream, and to the channels. Raises as `Topic.put_frames`."""
     topic = replica.topic
@@ -313,7 +316,7 @@ def answer_forwarded(
     except ValueError as err:
         raise wire.WireError(f"bad PUB_FORWARD - {err}") from None
     replica = repl.replica_of(name, create=False)
-    if replica is None or replica.role != rt.PRIMARY:
+    if replica is None or replica.role != PRIMARY:
         # Nothing written: the replica may send the batch to the next primary.
         why = f"not the primary of replicated topic {name}"
         if replica is not None:
@@ -338,9 +341,9 @@ def _reply(name: str, rid: Any, ok: bool, error: str = "", refused: bool = False
 
 
 async def _answer_when_replicated(
-    repl: Replication, replica: rt.TopicReplica, target: int, name: str, rid: Any, send: Send
+    repl: Replication, replica: TopicReplica, target: int, name: str, rid: Any, send: Send
 ) -> None:
-    ok = await repl.nsqd.wait_durable({replica: target})
+    ok = await wait_durable(repl.nsqd, {replica: target})
     error = "" if ok else "not written by a quorum of replicas in time (or fsync failed)"
     try:
         await send(_reply(name, rid, ok, error))

@@ -171,22 +171,24 @@ def _scan_log_ids(data: bytes, min_length: int) -> tuple[list[bytes], int]:
 EncodeFrames = Callable[[list[bytes], int], bytes]
 CountRecords = Callable[[bytes, int], tuple[int, int]]
 ScanIds = Callable[[bytes, int], tuple[list[bytes], int]]
-#: The compiled loops (trionsq/protocol/_speedups.c), None where it was not built.
+#: The compiled loops (_log_loops.c, beside this module), None where it was not built.
 COMPILED_ENCODE_FRAMES: EncodeFrames | None = None
 COMPILED_COUNT_RECORDS: CountRecords | None = None
 COMPILED_SCAN_IDS: ScanIds | None = None
 try:
-    from ...protocol._speedups import count_log_records as COMPILED_COUNT_RECORDS
-    from ...protocol._speedups import encode_log_records as COMPILED_ENCODE_FRAMES
-    from ...protocol._speedups import scan_log_ids as COMPILED_SCAN_IDS
+    from ._log_loops import count_log_records as COMPILED_COUNT_RECORDS
+    from ._log_loops import encode_log_records as COMPILED_ENCODE_FRAMES
+    from ._log_loops import scan_log_ids as COMPILED_SCAN_IDS
 except ImportError:  # not built: the Python loops above
     pass
 if COMPILED_ENCODE_FRAMES is not None:
     _sample = [bytes(FRAMED_BODY_OFFSET) + b"x"]
     if COMPILED_ENCODE_FRAMES(_sample, 1) != _encode_frames(_sample, 1):
-        # An extension built from an older _speedups.c (records without a CRC): writing with
+        # An extension built from an older _log_loops.c (records without a CRC): writing with
         # it would make every record look corrupt.
-        log.warning("trionsq/protocol/_speedups is out of date (rebuild it): log loops in Python")
+        log.warning(
+            "trionsq/nsqd/replication/_log_loops is out of date (rebuild it): log loops in Python"
+        )
         COMPILED_ENCODE_FRAMES = COMPILED_COUNT_RECORDS = COMPILED_SCAN_IDS = None
 _encode: EncodeFrames = _encode_frames
 _count: CountRecords = _count_log_records

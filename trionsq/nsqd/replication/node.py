@@ -24,16 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ...protocol.errors import E_IDENTIFY_FAILED, ProtocolError
 from ...protocol.names import is_ephemeral
 from ..backend import Backend
-from . import admin, wire
-from .acks import HeldAnswers
+from . import admin, roles, wire
 from .admin_state import Tombstones
 from .batching import FlushWhenIdle
 from .forward import Send, answer_forwarded
 from .log import fsync_handles
 from .peer import Peer, serve_inbound
 from .topic import ReplicatedTopic, TopicReplica
+from .trace import open_trace
 
 if TYPE_CHECKING:
     from ..client_v2 import ClientV2
@@ -55,7 +56,7 @@ class Replication:
         self.patterns = [re.compile(p) for p in options.replicate_topic]
         self.peers = [Peer(self, address) for address in dict.fromkeys(options.replicate_to)]
         #: Quorum of the replica set (this node and its peers).
-        self.quorum = (len(self.peers) + 1) // 2 + 1
+        self.quorum = roles.quorum_size(len(self.peers) + 1)
         #: Epochs nsqd.dat holds, until their topics are created at load.
         self.saved_epochs: dict[str, int] = {}
         #: Replicated topics deleted, and the epoch below which a copy is of the deleted one.
@@ -68,6 +69,8 @@ class Replication:
         self.batching = FlushWhenIdle()
         self._tls_context: ssl.SSLContext | None = None
         self._inbound: dict[int, wire.Inbound] = {}  # client id -> the dialler, until PROOF
+        #: --replication-trace-file: this member's steps, for `python -m spec trace`.
+        self.trace = open_trace(options, len(self.peers) + 1)
 
     # -- which topics -----------------------------------------------------------------------
 
@@ -77,13 +80,18 @@ class Replication:
         return name in self._remote or any(p.fullmatch(name) for p in self.patterns)
 
     def new_topic(self, name: str, backend: Backend) -> ReplicatedTopic:
+        """The topic (its tasks, `ReplicatedTopic.tasks`, run under nsqd's root nursery)."""
         topic = ReplicatedTopic(self.nsqd, name, backend, self)
         self.nsqd.lookup.hidden.add(name)
-        assert self.nsqd._nursery is not None
-        self.nsqd._nursery.start_soon(topic.replica.run, name=f"replication:{name}")
-        if self.nsqd.options.sync_ack:
-            self.nsqd._nursery.start_soon(topic.replica.sync_task, name=f"replication-fsync:{name}")
         return topic
+
+    def load_started(self, epochs: dict[str, int]) -> None:
+        """nsqd.dat is being loaded: its epochs, until their topics are created."""
+        self.saved_epochs.update(epochs)
+        self.loading = True
+
+    def load_finished(self) -> None:
+        self.loading = False
 
     def loading_or_remote(self, name: str) -> bool:
         return self.loading or name in self._remote
@@ -154,9 +162,12 @@ class Replication:
             self._tls_context = context
         return self._tls_context
 
-    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        if self._nursery is not None:
-            self._nursery.start_soon(fn, *args)
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> bool:
+        """Start a task under the layer's nursery; False before it runs (or once it ended)."""
+        if self._nursery is None:
+            return False
+        self._nursery.start_soon(fn, *args)
+        return True
 
     # -- running ----------------------------------------------------------------------------
 
@@ -166,6 +177,8 @@ class Replication:
             await self._run(task_status)
         finally:
             trio.lowlevel.remove_instrument(self.batching)
+            if self.trace is not None:
+                self.trace.close()
 
     async def _run(self, task_status: Any) -> None:
         async with trio.open_nursery() as nursery:
@@ -174,6 +187,8 @@ class Replication:
                 nursery.start_soon(peer.run, name=f"replication-peer:{peer.address}")
             nursery.start_soon(self._sync_loop, name="replication-log-sync")
             nursery.start_soon(self._expire_loop, name="replication-ack-timeouts")
+            if self.trace is not None:
+                nursery.start_soon(self.trace.run, name="replication-trace")
             for replica in self.replicas():
                 # nsqd.dat named a topic deleted before it stopped (its delete cut short).
                 try:
@@ -222,33 +237,23 @@ class Replication:
     def persist_soon(self, topic: str) -> None:
         self.nsqd.persist_metadata(topic)
 
-    def hold_answers(self, client: ClientV2) -> None:
-        """PUB's OK, on a connection: its answers stay in its output buffer until the
-        replicated topics its read batch published to have the messages on a quorum, and
-        are sent from the task that sees the quorum (`HeldAnswers`); the connection's task
-        reads on meanwhile."""
-        owed, client.owed = client.owed, None
-        if not owed:
-            return
-        held = HeldAnswers(client, len(owed))
-        for owed_to, target in owed.items():
-            if not owed_to.wait_for(target, held):
-                held.done(True)
-
     # -- the wire ---------------------------------------------------------------------------
 
     def identify_reply(
         self, client: ClientV2, raw: Any, reply: bytes, tls_requested: bool
     ) -> bytes:
         """IDENTIFY with a ``replication`` key: check it and answer with ours. Raises
-        wire.WireError."""
+        ProtocolError (E_IDENTIFY_FAILED) when the member is refused."""
         import json
 
         options = self.nsqd.options
-        inbound, key = wire.check_identify_key(options.replication_secret, options.node_id, raw)
-        if self.nsqd.tls_context is not None and not tls_requested:
-            # With TLS configured, members talk only over TLS (no downgrade to plaintext).
-            raise wire.WireError("replication requires TLS (this nsqd has --tls-cert)")
+        try:
+            inbound, key = wire.check_identify_key(options.replication_secret, options.node_id, raw)
+            if self.nsqd.tls_context is not None and not tls_requested:
+                # With TLS configured, members talk only over TLS (no downgrade to plaintext).
+                raise wire.WireError("replication requires TLS (this nsqd has --tls-cert)")
+        except wire.WireError as err:
+            raise ProtocolError(E_IDENTIFY_FAILED, f"IDENTIFY failed {err}") from None
         self._inbound[client.id] = inbound
         body = json.loads(reply) if reply.startswith(b"{") else {}
         body["replication"] = key

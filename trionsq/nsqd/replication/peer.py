@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from ...daemon import first_leaf
+from ...net.addresses import split_host_port
 from ...protocol import MAGIC_V2, identify
 from ...protocol.frames import FRAME_TYPE_RESPONSE
-from ..addresses import split_host_port
 from ..socket_stream import DirectSocketStream
 from ..wakeup import Wakeup
 from . import wire

@@ -1,5 +1,5 @@
-"""Go's ``host:port`` address syntax (net.SplitHostPort), shared by nsqd's listeners and its
-statsd client."""
+"""Go's ``host:port`` address syntax (net.SplitHostPort), shared by the daemons' listeners
+(nsqd, nsqlookupd, nsqadmin), nsqd's statsd, lookupd and replication peers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The layers a V2 connection can be upgraded to after IDENTIFY (reference §1.3): snappy and
-deflate stream wrappers, and the server's TLS context built from nsqd's --tls-* flags.
+"""The layers a V2 connection can be upgraded to after IDENTIFY (docs/protocol.md §1.3), on either
+side (nsqd and `trionsq.client`): snappy and deflate stream wrappers, and the TLS fields of a
+connection's stats (`tls_stats`; nsqd's TLS context is built in nsqd/tls_config.py).
 
 `SnappyStream` and `DeflateStream` are `trio.abc.Stream`s over another stream (a socket or a
 `trio.SSLStream`). Each `send_all` is compressed and flushed as one unit: the daemon already
@@ -259,7 +260,7 @@ class DeflateStream(trio.abc.Stream):
         await self.transport_stream.aclose()
 
 
-# -- TLS (the server's context: tls_config.py) ----------------------------------------------
+# -- TLS (the server's context: nsqd/tls_config.py) -------------------------------------------
 
 # Go's prettyConnectionState: the cipher suites it names (IANA id -> Go's name); any other
 # suite, TLS 1.3's included, is "Unknown <id>".
