@@ -14,6 +14,7 @@ import httpx
 import trio
 
 from tests.integration.test_replication import Cluster, consume, publish
+from tests.integration.test_replication_trace import check, traced
 from tests.nsqd_harness import Conn
 from trionsq.nsqd.nsqd import NSQD
 from trionsq.nsqd.replication.topic import ReplicatedTopic
@@ -382,6 +383,8 @@ async def test_a_replica_answers_503_while_no_primary_is_known(tmp_path: Path) -
 async def test_takeover_by_the_survivor_of_two_members(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
         cluster = http_cluster(nursery, tmp_path, size=2)
+        # Its traces follow the spec: alone, the survivor acknowledges only what it wrote.
+        traces = traced(cluster, tmp_path)
         await cluster.start_all()
         n1, n2 = node(cluster, 0), node(cluster, 1)
         bodies = [b"m%d" % i for i in range(10)]
@@ -421,6 +424,7 @@ async def test_takeover_by_the_survivor_of_two_members(tmp_path: Path) -> None:
         await cluster.until(lambda: not replicated(n2, "rt").replica.doubled)
         await cluster.until(lambda: len(replica.log) == len(replicated(n2, "rt").replica.log))
         cluster.stop()
+    assert check(traces).ok
 
 
 async def test_takeover_is_refused_in_a_set_of_three(tmp_path: Path) -> None:

@@ -62,7 +62,8 @@ class Election(Merging):
         True if it took office."""
         options = self.repl.nsqd.options
         timeout = options.replication_failover_timeout
-        proposed = roles.next_epoch(self.epoch, self.node_id)
+        held = self.epoch
+        proposed = roles.next_epoch(held, self.node_id)
         connected = [p for p in self.repl.peers if p.connected]
         floor = self.floor_header()
         yes = roles.own_votes(force)
@@ -88,6 +89,9 @@ class Election(Merging):
         if (
             not roles.is_quorum(yes, self.quorum)
             or not roles.allows(self.role, roles.STAND)
+            # An epoch met during the pre-vote (a new primary's): it stands no more, as the
+            # spec's suspect is one step on the state it starts from.
+            or self.epoch != held
             or not roles.outranks(proposed, self.epoch)
         ):
             self._retry_later(max(retry_after) if retry_after else None)

@@ -77,9 +77,14 @@ class Stream(ReplicaState):
         if self.sync_ack:
             self.sync_wake.set()
         if self.role == PRIMARY:
-            if len(self.members) < self.repl.quorum - 1:
+            short = len(self.members) < self.repl.quorum - 1
+            if short:
                 self.under_replicated += count
             self._stream(written)
+            if short:
+                # Too few members for the quorum to wait on theirs: alone (a takeover) or
+                # degraded, this write may be what the publishers wait for.
+                self._release_waiters()
 
     def _disk_failed(self, what: str, err: OSError) -> None:
         """The log's disk refused: every waiting PUB fails (E_PUB_FAILED), nsqd is unhealthy."""
@@ -117,7 +122,8 @@ class Stream(ReplicaState):
         """Messages accepted so far that a quorum (this node included) has written (and,
         with --sync-ack, fsynced: the members acknowledge only once fsynced)."""
         need = self.quorum - 1
-        total = self.accepted
+        # What this node has written itself (not what waits in the outbox for the write).
+        total = self.accepted - self.outbox_count
         if need > 0:
             acks = sorted((m.acked for m in self.members.values()), reverse=True)
             if len(acks) >= need:
