@@ -128,6 +128,26 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
+def _check_staging(args: argparse.Namespace, options: dict[str, str]) -> None:
+    """Before Spark starts: the staging log the archive will use (``--source-opt
+    stagingLocation``, else ``<checkpoint>/nsq_staging``) is one the staged source can serve."""
+    from trionsq.spark.options import OptionError, staging_location
+
+    if "stagingLocation" in options:
+        staging_location(options["stagingLocation"], "--source-opt stagingLocation")
+        return
+    checkpoint = args.checkpoint or args.output.rstrip("/") + "/_checkpoint"
+    if "://" not in checkpoint and not checkpoint.startswith("file:"):
+        return  # a local path: the archive stages under its absolute form
+    try:
+        staging_location(checkpoint, "--checkpoint")
+    except OptionError as exc:
+        raise OptionError(
+            f"{exc} (the staging log goes in <checkpoint>/nsq_staging: give a checkpoint on a "
+            "shared mount, or --source-opt stagingLocation=/mnt/shared/..., or --driver-reader)"
+        ) from None
+
+
 def _archive(args: argparse.Namespace) -> int:
     from trionsq.spark.options import OptionError, parse_duration
 
@@ -140,6 +160,8 @@ def _archive(args: argparse.Namespace) -> int:
         options["msgTimeout"] = args.msg_timeout
     try:
         interval = parse_duration(args.trigger_interval, "--trigger-interval")
+        if not args.driver_reader:
+            _check_staging(args, options)
     except OptionError as exc:
         raise _UsageError(str(exc)) from None
     spark = _session(args, f"trionsq archive {args.topic}")

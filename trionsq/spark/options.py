@@ -8,7 +8,9 @@ Go-style (``"500ms"``, ``"30s"``, ``"2m"``)."""
 from __future__ import annotations
 
 import math
+import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,31 @@ _UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 class OptionError(ValueError):
     """An ``nsq`` data source option is missing or invalid."""
+
+
+def staging_location(raw: str, name: str = "option stagingLocation") -> str:
+    """The staged source's write-ahead log directory, checked when the query starts: empty
+    (the driver-side reader), an absolute path or a ``file:`` URL. The staging log needs one
+    directory the driver and every executor see as a POSIX file system (``link``, ``fsync``):
+    a relative path would be each executor's own, and a store of another scheme (``hdfs:``,
+    ``s3a:``...) is not served, so both are refused rather than staged on local disks."""
+    if not raw:
+        return ""
+    scheme = urllib.parse.urlsplit(raw).scheme.lower()
+    path = urllib.parse.urlsplit(raw).path if scheme == "file" else raw
+    if scheme and scheme != "file":
+        raise OptionError(
+            f"{name}: {raw!r} is on {scheme}: storage, which the staged source cannot use: it "
+            "needs a directory the driver and every executor share as a POSIX file system "
+            "(a shared mount, docs/spark.md); give such a path, or no stagingLocation for the "
+            "driver-side reader"
+        )
+    if not os.path.isabs(path):
+        raise OptionError(
+            f"{name}: {raw!r} is a relative path, which each executor would resolve in its own "
+            "working directory; give an absolute path on a mount every node shares"
+        )
+    return raw
 
 
 def parse_duration(value: str, name: str) -> float:
@@ -240,7 +267,7 @@ class SourceOptions:
             num_partitions=r.int("numPartitions", 2),
             heartbeat_interval=r.duration("heartbeatInterval", 30.0),
             connect_timeout=r.duration("connectTimeout", 5.0),
-            staging_location=r.text("stagingLocation"),
+            staging_location=staging_location(r.text("stagingLocation")),
             nsqd_http=tuple(nsqd_http),
             read_idle_timeout=r.duration("readIdleTimeout", 0.25),
             read_timeout=read_timeout,

@@ -15,6 +15,7 @@ counts, and a replayed or redelivered message adds no row.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -123,7 +124,7 @@ def archive(
         .option("lookupd", ",".join(lookupd))
     )
     if staged:
-        reader = reader.option("stagingLocation", checkpoint.rstrip("/") + "/nsq_staging")
+        reader = reader.option("stagingLocation", _local_root(checkpoint) + "/nsq_staging")
         if nsqd_http:
             reader = reader.option("nsqdHttp", ",".join(nsqd_http))
     for key, value in (options or {}).items():
@@ -217,3 +218,12 @@ def replay(
     for key, value in (options or {}).items():
         writer = writer.option(key, value)
     writer.save()
+
+
+def _local_root(checkpoint: str) -> str:
+    """Where the archive's staging log goes: in the checkpoint, a relative local path made
+    absolute (the driver's working directory, as Spark resolves the checkpoint); a URL as is
+    (options.staging_location refuses what the staged source cannot serve)."""
+    if "://" in checkpoint or checkpoint.startswith("file:"):
+        return checkpoint.rstrip("/")
+    return os.path.abspath(checkpoint).rstrip("/")
