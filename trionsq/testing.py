@@ -70,9 +70,12 @@ class DaemonProcess:
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + startup_timeout
-        # nsqadmin has no TCP listener: its HTTP line says it is up.
-        ready = "HTTP" if daemon in ("nsqadmin", "admin") else "TCP"
-        while ready not in self.addresses:
+        # nsqadmin has no TCP listener: its HTTP line says it is up. The others log TCP,
+        # then HTTP when it is enabled; wait for both, however loaded the machine.
+        ready = {"HTTP"} if daemon in ("nsqadmin", "admin") else {"TCP"}
+        if _last_flag_value(argv, "http-address"):
+            ready.add("HTTP")
+        while not ready <= self.addresses.keys():
             if self.proc.poll() is not None:
                 self._reader.join(1)
                 raise RuntimeError(
@@ -82,8 +85,7 @@ class DaemonProcess:
                 self.kill()
                 raise RuntimeError(f"{daemon} did not start:\n" + "".join(self.stderr_lines))
             self._ready.wait(0.05)
-        # HTTP, when enabled, is logged right after TCP.
-        time.sleep(0.05)
+            self._ready.clear()
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -152,6 +154,20 @@ class DaemonProcess:
 def _is_flag(arg: str, name: str) -> bool:
     """True when `arg` is Go flag `name` (``-name``/``--name``, with or without ``=value``)."""
     return arg.lstrip("-").split("=", 1)[0] == name and arg.startswith("-")
+
+
+def _last_flag_value(argv: Sequence[str], name: str) -> str | None:
+    """The value the last ``--name=value`` or ``--name value`` in `argv` gives (Go's flag
+    package keeps the last), or None when the flag is absent."""
+    value = None
+    for i, arg in enumerate(argv):
+        if not _is_flag(arg, name):
+            continue
+        if "=" in arg:
+            value = arg.split("=", 1)[1]
+        elif i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
 
 
 def pythonpath_env() -> dict[str, str]:
