@@ -13,6 +13,7 @@ processing-time trigger).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import statistics
@@ -221,6 +222,12 @@ def _staging_cost(args: Any, work: str, address: str, http: str, publish: Any, t
             spent[0] += time.perf_counter() - t
 
     staging.StagingLog.write = timed  # type: ignore[method-assign]
+    phases: list[str] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = lambda record: phases.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("trionsq.spark")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
     try:
         started = time.perf_counter()
         rows = sum(
@@ -229,10 +236,11 @@ def _staging_cost(args: Any, work: str, address: str, http: str, publish: Any, t
         total = time.perf_counter() - started
     finally:
         staging.StagingLog.write = write  # type: ignore[method-assign]
+        logger.removeHandler(handler)
     print(
         f"staging log: one task reading {rows} messages (outside Spark): {total * 1000:.0f} ms, "
         f"of which staging (Arrow IPC write + fsync + link + dir fsync) {spent[0] * 1000:.0f} ms "
-        f"({spent[0] / total:.0%})"
+        f"({spent[0] / total:.0%}); the task's phases: {phases[-1].split('; ', 1)[-1]}"
     )
 
 

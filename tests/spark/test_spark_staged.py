@@ -68,8 +68,16 @@ def test_staged_source_reads_exactly_the_published_set(
     assert stats["timeout_count"] == 0
     # Committed batches' staging files are gone (the last one waits for the next commit).
     [log] = os.listdir(staging)  # the query's own directory (named in its offsets)
-    batches = [d for d in os.listdir(f"{staging}/{log}") if d.startswith("b")]
+    batches = [
+        d
+        for d in os.listdir(f"{staging}/{log}")
+        if d.startswith("b")
+        and any(f.endswith(".arrow") for f in os.listdir(f"{staging}/{log}/{d}"))
+    ]
     assert len(batches) <= 1
+    # The others hold only their commit's tombstone.
+    others = [d for d in os.listdir(f"{staging}/{log}") if d.startswith("b") and d not in batches]
+    assert others and all(os.listdir(f"{staging}/{log}/{d}") == ["committed"] for d in others)
 
 
 def test_staged_source_without_nsqd_http_reads_everything_then_stops(
@@ -359,7 +367,7 @@ def test_messages_that_time_out_before_their_fin_are_dropped_when_they_come_back
     import trio
 
     from trionsq.protocol.commands import MAGIC_V2, identify, rdy, sub
-    from trionsq.spark.executor import StagedPartition, _consume
+    from trionsq.spark.executor import StagedPartition, _consume, received
     from trionsq.spark.options import SourceOptions
     from trionsq.spark.planner import Planner
     from trionsq.spark.staging import StagingLog
@@ -408,9 +416,97 @@ def test_messages_that_time_out_before_their_fin_are_dropped_when_they_come_back
 
     again = trio.run(_consume, StagedPartition(2, 0, tcp(nsqd), 50, "q"), options, staging)
     assert again.num_rows == 0  # delivered again, dropped as copies of batch 1's rows
+    assert received(staging.read(2, 0)) == taken  # received all the same (not drained)
     deadline = time.monotonic() + 10
     while (stats := channel_stats(nsqd, "stg_timeout", "spark"))["in_flight_count"] or stats[
         "depth"
     ]:
         assert time.monotonic() < deadline, f"the copies were not finished: {stats}"
         time.sleep(0.1)
+
+
+def test_a_batch_of_only_dropped_copies_does_not_end_an_available_now_run(tmp_dir: str) -> None:
+    """An nsqd of unknown depth counts as drained once a batch read nothing from it. A batch
+    whose messages were all redelivered copies of staged rows (a killed run's, coming back)
+    stages no row but did read: the run must go on (it ended there, leaving the rest of the
+    topic unread, in a CI run of the CLI kill test)."""
+    from trionsq.spark.executor import decode_payloads, with_received
+    from trionsq.spark.options import SourceOptions
+    from trionsq.spark.source import NSQStagedStreamReader
+    from trionsq.spark.staging import StagingLog
+
+    nsqd = "127.0.0.1:1"  # no nsqdHttp: depth unknown, nothing contacted
+    reader = NSQStagedStreamReader(
+        SourceOptions.parse(
+            {"topic": "t", "channel": "c", "nsqd": nsqd, "stagingLocation": tmp_dir}
+        )
+    )
+    reader.prepareForTriggerAvailableNow()
+    empty = decode_payloads([], nsqd, "t")
+    StagingLog(f"{tmp_dir}/q").write(4, 0, with_received(empty, 50))
+    start = {"log": "q", "batch": 4, "plan": [[nsqd, 50]]}
+    assert [d.depth for d in reader._depths(start)] == [None]  # not drained: plan a read
+
+    StagingLog(f"{tmp_dir}/q").write(5, 0, with_received(empty, 0))
+    start = {"log": "q", "batch": 5, "plan": [[nsqd, 50]]}
+    assert [d.depth for d in reader._depths(start)] == [0]  # read nothing: drained
+
+
+def test_a_straggler_of_a_committed_batch_takes_nothing_or_gives_it_back(
+    nsqd: DaemonProcess, tmp_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt of a task still running after its batch was committed with another
+    attempt's rows (a lost executor's): if it starts after the commit it takes nothing; if the
+    commit deleted the batch's files between its check and its claim, its claim succeeds, and
+    then it must not FIN (its rows would be read by nobody: the messages would be lost) but
+    discard its file and REQ the messages."""
+    import trio
+
+    from trionsq.spark.executor import StagedPartition, _consume, decode_payloads, read_partition
+    from trionsq.spark.options import SourceOptions
+    from trionsq.spark.planner import Planner
+    from trionsq.spark.staging import StagingLog
+
+    publish(nsqd, "stg_straggler", [f"s{i}".encode() for i in range(20)])
+    options = SourceOptions.parse(
+        {
+            "topic": "stg_straggler",
+            "channel": "spark",
+            "nsqd": tcp(nsqd),
+            "nsqdHttp": http(nsqd),
+            "stagingLocation": tmp_dir,
+        }
+    )
+    Planner(options).depths()  # creates the channel
+    staging = StagingLog(f"{tmp_dir}/q")
+    winner = decode_payloads([b"\x00" * 8 + b"\x00\x01" + b"%016x" % 1 + b"w"], tcp(nsqd), "t")
+    assert staging.write(3, 0, winner)
+    staging.confirm(3, 0)
+    staging.commit(3)
+    assert staging.committed(3) and staging.read(3, 0) is None
+
+    part = StagedPartition(3, 0, tcp(nsqd), 20, "q")
+    assert list(read_partition(part, options)) == []  # took nothing
+    stats = channel_stats(nsqd, "stg_straggler", "spark")
+    assert stats["depth"] == 20 and stats["in_flight_count"] == 0
+
+    # The commit lands between the attempt's check and its claim.
+    write = StagingLog.write
+
+    def commit_first(self: StagingLog, batch: int, partition: int, rows: Any) -> bool:
+        self.commit(batch)
+        return write(self, batch, partition, rows)
+
+    part = StagedPartition(4, 0, tcp(nsqd), 20, "q")
+    assert staging.write(4, 0, winner)  # the winner's, unconfirmed
+    staging.store.delete(["b4/p0.arrow"])  # as if committed while the straggler read
+    monkeypatch.setattr(StagingLog, "write", commit_first)
+    trio.run(_consume, part, options, staging)
+    monkeypatch.setattr(StagingLog, "write", write)
+    assert staging.committed(4) and staging.read(4, 0) is None  # discarded
+    assert staging.unconfirmed_ids(tcp(nsqd)) == set()  # not counted as staged
+    deadline = time.monotonic() + 10
+    while (stats := channel_stats(nsqd, "stg_straggler", "spark"))["depth"] != 20:
+        assert time.monotonic() < deadline, f"the straggler's messages did not go back: {stats}"
+        time.sleep(0.1)
+    assert stats["requeue_count"] == 20  # and the depth is back to 20: none FIN'd

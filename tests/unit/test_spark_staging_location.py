@@ -23,7 +23,7 @@ def test_what_the_staged_source_can_use(value: str) -> None:
     ("value", "why"),
     [
         ("hdfs://namenode:8020/ck/nsq_staging", "is on hdfs: storage"),
-        ("s3a://bucket/ck", "is on s3a: storage"),
+        ("abfs://c@account.dfs.core.windows.net/ck", "is on abfs: storage"),  # s3a: served
         ("gs://bucket/ck", "is on gs: storage"),
         ("staging", "is a relative path"),
         ("./ck/staging", "is a relative path"),

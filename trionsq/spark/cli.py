@@ -131,21 +131,19 @@ def _say(message: str) -> None:
 def _check_staging(args: argparse.Namespace, options: dict[str, str]) -> None:
     """Before Spark starts: the staging log the archive will use (``--source-opt
     stagingLocation``, else ``<checkpoint>/nsq_staging``) is one the staged source can serve."""
-    from trionsq.spark.options import OptionError, staging_location
+    from trionsq.spark.options import find_option, staging_location
+    from trionsq.spark.pipeline import checkpoint_staging
 
-    if "stagingLocation" in options:
-        staging_location(options["stagingLocation"], "--source-opt stagingLocation")
+    explicit = find_option(options, "stagingLocation")
+    if explicit is not None:
+        staging_location(explicit, "--source-opt stagingLocation")
         return
-    checkpoint = args.checkpoint or args.output.rstrip("/") + "/_checkpoint"
-    if "://" not in checkpoint and not checkpoint.startswith("file:"):
-        return  # a local path: the archive stages under its absolute form
-    try:
-        staging_location(checkpoint, "--checkpoint")
-    except OptionError as exc:
-        raise OptionError(
-            f"{exc} (the staging log goes in <checkpoint>/nsq_staging: give a checkpoint on a "
-            "shared mount, or --source-opt stagingLocation=/mnt/shared/..., or --driver-reader)"
-        ) from None
+    checkpoint_staging(
+        args.checkpoint or args.output.rstrip("/") + "/_checkpoint",
+        "--checkpoint",
+        "give a checkpoint on a shared mount, or --source-opt stagingLocation=/mnt/shared/... "
+        "or =s3://bucket/prefix, or --driver-reader",
+    )
 
 
 def _archive(args: argparse.Namespace) -> int:

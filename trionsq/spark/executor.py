@@ -6,9 +6,11 @@ tasks: FIN must go over the connection that received the message)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +18,7 @@ import trio
 from pyspark.sql.datasource import InputPartition
 
 from ..client.connection import Connection
-from ..client.errors import ClientError, ConnectionClosedError
+from ..client.errors import ClientError, ConnectionClosedError, NotConnectedError, TLSError
 from ..protocol import commands
 from .options import NSQD_MAX_RDY, SourceOptions
 from .staging import StagingLog
@@ -27,6 +29,8 @@ log = logging.getLogger("trionsq.spark")
 
 #: A message's header: timestamp (ns), attempts; then the 16-byte id and the body.
 _HEAD = [("ts", ">i8"), ("attempts", ">u2")]
+#: Schema metadata of a staged table: the messages received (see `received`).
+_RECEIVED = b"trionsq.received"
 
 
 class StagedPartition(InputPartition):
@@ -88,11 +92,28 @@ def decode_payloads(payloads: list[bytes], nsqd: str, topic: str) -> Any:
     )
 
 
+def with_received(batch: Any, count: int) -> Any:
+    """`batch` saying (in its schema's metadata, staged with it) how many messages the task
+    received: more than its rows when redelivered copies were dropped."""
+    return batch.replace_schema_metadata({_RECEIVED: str(count)})
+
+
+def received(table: Any) -> int:
+    """How many messages the task that staged `table` received from nsqd (copies included):
+    0 means nsqd had nothing for it, not that every message it sent was a dropped copy."""
+    metadata = table.schema.metadata or {}
+    return int(metadata.get(_RECEIVED, table.num_rows))
+
+
 def read_partition(part: StagedPartition, options: SourceOptions) -> Iterator[Any]:
     """The rows of `part`: from the staging log if it was staged before (a task retry, a batch
     re-run after a driver restart), else read from nsqd, staged, FIN'd."""
     staging = StagingLog(os.path.join(options.staging_location, part.log))
     staged = staging.read(part.batch, part.index)
+    if staged is None and staging.committed(part.batch):
+        # A straggler (its batch was committed with another attempt's rows): take nothing.
+        log.warning("%r: the batch is committed already: nothing read", part)
+        return
     if staged is None:
         try:
             staged = trio.run(_consume, part, options, staging)
@@ -103,15 +124,29 @@ def read_partition(part: StagedPartition, options: SourceOptions) -> Iterator[An
 
 def _fault(point: str) -> None:
     """Testing only: with TRIONSQ_SPARK_FAULTS naming a directory, a task reaching `point`
-    ("before-stage", "after-stage", "after-fin") while the file of that name exists there
-    removes it and kills its Python worker (os._exit), as a crashed executor would."""
+    ("before-stage", "after-stage", "before-cls", "after-fin") while the file of that name
+    exists there acts on it. An empty file: the task removes it and kills its Python worker
+    (os._exit), as a crashed executor would. A file saying ``pause``: the task writes
+    ``<point>.reached`` and waits (at most a minute) until the test removes the file, so that
+    a test can act at that point (freeze the task's nsqd)."""
     directory = os.environ.get("TRIONSQ_SPARK_FAULTS")
     if not directory:
         return
+    path = os.path.join(directory, point)
     try:
-        os.unlink(os.path.join(directory, point))
+        with open(path) as f:
+            action = f.read().strip()
     except FileNotFoundError:
         return
+    if action == "pause":
+        with open(f"{path}.reached", "w"):
+            pass
+        deadline = time.monotonic() + 60
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
     log.warning("fault injected at %s", point)
     os._exit(17)
 
@@ -121,6 +156,19 @@ def _first(group: BaseExceptionGroup[Any]) -> BaseException:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
+
+
+async def _answer(part: StagedPartition, options: SourceOptions, step: str, reply: Any) -> Any:
+    """Await nsqd's `reply` to `step`, at most readTimeout: an nsqd that stops answering (frozen,
+    or cut off) fails the task, which Spark retries, instead of holding the micro-batch until
+    two heartbeats are missed."""
+    with trio.move_on_after(options.read_timeout) as scope:
+        return await reply
+    assert scope.cancelled_caught
+    raise RuntimeError(
+        f"nsq source {part!r}: nsqd {part.nsqd} did not answer {step} within readTimeout "
+        f"({options.read_timeout:g} s)"
+    )
 
 
 async def _consume(part: StagedPartition, options: SourceOptions, staging: StagingLog) -> Any:
@@ -141,6 +189,7 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
         if state["count"] >= limit:
             enough.set()
 
+    phases = _Phases()
     conn_options = options.connection_options()
     conns: list[Connection] = []
     async with trio.open_nursery() as nursery:
@@ -149,11 +198,11 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
                 conn = Connection(part.nsqd, conn_options, on_messages=on_messages)
                 received[conn] = []
                 try:
-                    await nursery.start(conn.run)
-                except (OSError, ConnectionClosedError) as exc:
-                    if conns:
+                    await _answer(part, options, "IDENTIFY", nursery.start(conn.run))
+                except NotConnectedError as exc:
+                    if conns or not _refused(exc):
                         raise
-                    # nsqd is unreachable (gone since planning): nothing taken, nothing
+                    # nsqd is not there (gone since planning): nothing taken, nothing
                     # lost; the partition is staged empty so that a re-run agrees.
                     log.warning("%r: %s: staged empty", part, exc)
                     empty = decode_payloads([], part.nsqd, options.topic)
@@ -161,12 +210,15 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
                         staging.confirm(part.batch, part.index)
                     return staging.read(part.batch, part.index)
                 conns.append(conn)
-                await conn.request(commands.sub(options.topic, options.channel))
+                await _answer(
+                    part, options, "SUB", conn.request(commands.sub(options.topic, options.channel))
+                )
             for i, conn in enumerate(conns):
                 share = limit // n_conns + (1 if i < limit % n_conns else 0)
                 conn.rdy = min(share, conn.max_rdy_count)
                 conn.send(commands.rdy(conn.rdy))
             state["last"] = trio.current_time()
+            phases.mark("connect")
             # Read until the share is in, or nothing came for read_idle_timeout, or
             # read_timeout passed (messages must be staged and FIN'd well within msgTimeout).
             deadline = trio.current_time() + options.read_timeout
@@ -181,11 +233,14 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
                 conn.send(commands.rdy(0))
             # What arrived so far is the task's; later arrivals are REQ'd below.
             taken = {conn: list(payloads) for conn, payloads in received.items()}
+            phases.mark("read")
             _fault("before-stage")
             batch = decode_payloads(
                 [p for conn in conns for p in taken[conn]], part.nsqd, options.topic
             )
             batch = _drop_staged_copies(batch, part.nsqd, staging)
+            batch = with_received(batch, sum(len(taken[conn]) for conn in conns))
+            phases.mark("decode")
             if not staging.write(part.batch, part.index, batch):
                 # Another attempt of this task staged first: its rows stand, ours go back.
                 log.info("%r was staged by another attempt", part)
@@ -193,6 +248,15 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
                 staged = staging.read(part.batch, part.index)
                 await _close(conns)
                 return staged
+            phases.mark("stage")
+            if staging.committed(part.batch):
+                # Claimed after the batch was committed (and its files deleted): a straggler.
+                # Its rows would be read by nobody: give the messages back instead of FIN.
+                log.warning("%r: staged after its batch was committed: given back", part)
+                staging.discard(part.batch, part.index)
+                _send_all(conns, received, commands.req, dict.fromkeys(conns, 0))
+                await _close(conns)
+                return pa.Table.from_batches([batch])
             _fault("after-stage")
             sent = {conn: len(taken[conn]) for conn in conns}
             for conn in conns:
@@ -204,9 +268,10 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
                 sent[conn] = len(received[conn])
                 if out:
                     conn.send(b"".join(out))
+            _fault("before-cls")
             # CLS is answered after everything before it: its CLOSE_WAIT confirms the FINs.
             for conn in conns:
-                await conn.request(commands.cls())
+                await _answer(part, options, "CLS (the FINs)", conn.request(commands.cls()))
             _send_all(conns, received, commands.req, sent)
             _fault("after-fin")
             failed = sum(conn.fin_failures for conn in conns)
@@ -219,11 +284,35 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
             else:
                 staging.confirm(part.batch, part.index)
             await _close(conns)
+            phases.mark("fin")
+            log.debug("%r: %d rows; %s", part, batch.num_rows, phases)
             return pa.Table.from_batches([batch])
         except (OSError, ClientError, trio.BrokenResourceError) as exc:
             raise RuntimeError(f"nsq source {part!r}: {exc}") from exc
         finally:
             nursery.cancel_scope.cancel()
+
+
+class _Phases:
+    """Where a task's time went (logged at DEBUG; bench/spark_pipeline.py reports it)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.spent: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.spent[phase] = self.spent.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {seconds * 1000:.1f} ms" for name, seconds in self.spent.items())
+
+
+def _refused(exc: NotConnectedError) -> bool:
+    """True when no nsqd listens at the address (refused, unreachable): not when one is there
+    but does not answer in time, or its TLS failed (those fail the task, which Spark retries)."""
+    return not isinstance(exc, TLSError) and isinstance(exc.__cause__, OSError)
 
 
 def _drop_staged_copies(batch: Any, nsqd: str, staging: StagingLog) -> Any:

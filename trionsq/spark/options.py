@@ -7,6 +7,7 @@ Go-style (``"500ms"``, ``"30s"``, ``"2m"``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -21,11 +22,17 @@ from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 
 __all__ = [
     "NSQD_MAX_RDY",
+    "S3_SCHEMES",
     "ClientSecurity",
     "OptionError",
     "SinkOptions",
     "SourceOptions",
+    "find_option",
+    "local_path",
+    "location_scheme",
     "parse_duration",
+    "s3_parts",
+    "staging_location",
 ]
 
 #: nsqd's default ``--max-rdy-count``: the most one connection may have in flight.
@@ -39,22 +46,66 @@ class OptionError(ValueError):
     """An ``nsq`` data source option is missing or invalid."""
 
 
+#: The URL schemes of the S3 staging store (``s3a`` is Hadoop's spelling of the same bucket).
+S3_SCHEMES = ("s3", "s3a")
+
+_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def local_path(location: str) -> str | None:
+    """The local path `location` names: itself when it is a path (absolute or not), the path
+    of a ``file:`` URL; None when it is a URL of another scheme (``s3:``, ``hdfs:``...)."""
+    parts = urllib.parse.urlsplit(location)
+    scheme = parts.scheme.lower()
+    if not scheme:
+        return location
+    return parts.path if scheme == "file" else None
+
+
+def location_scheme(location: str) -> str:
+    """The lower-cased URL scheme of `location`, "" for a plain path."""
+    return urllib.parse.urlsplit(location).scheme.lower()
+
+
+def s3_parts(location: str, name: str = "option stagingLocation") -> tuple[str, str]:
+    """(bucket, key prefix) of ``s3://bucket/prefix`` or ``s3a://bucket/prefix``; the prefix
+    without leading, trailing or doubled slashes."""
+    parts = urllib.parse.urlsplit(location)
+    if parts.scheme.lower() not in S3_SCHEMES:
+        raise OptionError(f"{name}: {location!r} is not an s3:// URL")
+    if not parts.netloc:
+        raise OptionError(f"{name}: {location!r} names no bucket: give s3://bucket/prefix")
+    if not _BUCKET.match(parts.netloc) or parts.query or parts.fragment:
+        raise OptionError(f"{name}: {location!r} is not s3://bucket/prefix")
+    return parts.netloc, "/".join(p for p in parts.path.split("/") if p)
+
+
 def staging_location(raw: str, name: str = "option stagingLocation") -> str:
-    """The staged source's write-ahead log directory, checked when the query starts: empty
-    (the driver-side reader), an absolute path or a ``file:`` URL. The staging log needs one
-    directory the driver and every executor see as a POSIX file system (``link``, ``fsync``):
-    a relative path would be each executor's own, and a store of another scheme (``hdfs:``,
-    ``s3a:``...) is not served, so both are refused rather than staged on local disks."""
+    """The staged source's write-ahead log location, checked when the query starts: empty
+    (the driver-side reader), an absolute path or ``file:`` URL (a directory the driver and
+    every executor see as a POSIX file system: ``link``, ``fsync``), or ``s3://bucket/prefix``
+    (``s3a://`` alike; conditional writes, through boto3). A relative path would be each
+    executor's own, and a store of another scheme (``hdfs:``, ``gs:``...) is not served, so
+    both are refused rather than staged on local disks."""
     if not raw:
         return ""
-    scheme = urllib.parse.urlsplit(raw).scheme.lower()
-    path = urllib.parse.urlsplit(raw).path if scheme == "file" else raw
-    if scheme and scheme != "file":
+    scheme = location_scheme(raw)
+    if scheme in S3_SCHEMES:
+        s3_parts(raw, name)
+        if importlib.util.find_spec("boto3") is None:
+            raise OptionError(
+                f"{name}: {raw!r}: the S3 staging store needs boto3 on the driver and every "
+                "executor: pip install 'trionsq[spark-s3]'"
+            )
+        return raw
+    path = local_path(raw)
+    if path is None:
         raise OptionError(
             f"{name}: {raw!r} is on {scheme}: storage, which the staged source cannot use: it "
-            "needs a directory the driver and every executor share as a POSIX file system "
-            "(a shared mount, docs/spark.md); give such a path, or no stagingLocation for the "
-            "driver-side reader"
+            "needs s3://bucket/prefix (object storage with conditional writes) or a directory "
+            "the driver and every executor share as a POSIX file system (a shared mount, "
+            "docs/spark.md); give such a location, or no stagingLocation for the driver-side "
+            "reader"
         )
     if not os.path.isabs(path):
         raise OptionError(
@@ -62,6 +113,14 @@ def staging_location(raw: str, name: str = "option stagingLocation") -> str:
             "working directory; give an absolute path on a mount every node shares"
         )
     return raw
+
+
+def find_option(options: Mapping[str, str], name: str) -> str | None:
+    """The value of option `name` in `options`, matched case-insensitively as Spark does."""
+    for key, value in options.items():
+        if key.lower() == name.lower():
+            return value
+    return None
 
 
 def parse_duration(value: str, name: str) -> float:
@@ -207,8 +266,8 @@ class SourceOptions:
     num_partitions: int = 2
     heartbeat_interval: float = 30.0
     connect_timeout: float = 5.0
-    #: Executor-side consumption: the write-ahead staging log's directory (a path every
-    #: executor and the driver see). Empty: the driver-side reader (messages via the driver).
+    #: Executor-side consumption: the write-ahead staging log's location (a path every
+    #: executor and the driver see, or s3://bucket/prefix). Empty: the driver-side reader.
     staging_location: str = ""
     #: nsqd HTTP addresses, in the order of `nsqd` (for /stats depth); lookupd supplies its own.
     nsqd_http: tuple[str, ...] = ()

@@ -19,7 +19,23 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ARCHIVE_DDL", "archive", "archive_batch", "read_archive", "replay"]
+from .options import (
+    S3_SCHEMES,
+    OptionError,
+    find_option,
+    local_path,
+    location_scheme,
+    staging_location,
+)
+
+__all__ = [
+    "ARCHIVE_DDL",
+    "archive",
+    "archive_batch",
+    "checkpoint_staging",
+    "read_archive",
+    "replay",
+]
 
 log = logging.getLogger("trionsq.spark")
 
@@ -109,9 +125,10 @@ def archive(
     `checkpoint` (default ``<output>/_checkpoint``, which Spark's readers skip). `trigger` is a
     processing-time interval; `available_now` archives what is there and stops.
 
-    `staged` (the default): executors read from nsqd through the staging log in
-    ``<checkpoint>/nsq_staging`` (`nsqd_http`, the nsqds' HTTP addresses in the order of
-    `nsqd`, lets the driver see their depth); otherwise the driver-side reader."""
+    `staged` (the default): executors read from nsqd through the staging log, in the
+    ``stagingLocation`` of `options` if given, else in ``<checkpoint>/nsq_staging`` (a local
+    checkpoint only: `checkpoint_staging`); `nsqd_http`, the nsqds' HTTP addresses in the
+    order of `nsqd`, lets the driver see their depth. Otherwise the driver-side reader."""
     from . import register
 
     register(spark)
@@ -124,7 +141,9 @@ def archive(
         .option("lookupd", ",".join(lookupd))
     )
     if staged:
-        reader = reader.option("stagingLocation", _local_root(checkpoint) + "/nsq_staging")
+        if find_option(options or {}, "stagingLocation") is None:
+            # An explicit stagingLocation (set with the other options below) wins.
+            reader = reader.option("stagingLocation", checkpoint_staging(checkpoint))
         if nsqd_http:
             reader = reader.option("nsqdHttp", ",".join(nsqd_http))
     for key, value in (options or {}).items():
@@ -162,11 +181,8 @@ def archive(
 def _uncommitted_batch(checkpoint: str) -> int | str | None:
     """The batch id Spark will re-run when the query restarts from `checkpoint` (offsets
     written, commit not), None if none, "unknown" if the checkpoint is not a local path."""
-    import os
-    import urllib.parse
-
-    path = urllib.parse.urlparse(checkpoint).path if checkpoint.startswith("file:") else checkpoint
-    if "://" in path:
+    path = local_path(checkpoint)
+    if path is None:
         return "unknown"
 
     def ids(name: str) -> list[int]:
@@ -220,10 +236,30 @@ def replay(
     writer.save()
 
 
-def _local_root(checkpoint: str) -> str:
-    """Where the archive's staging log goes: in the checkpoint, a relative local path made
-    absolute (the driver's working directory, as Spark resolves the checkpoint); a URL as is
-    (options.staging_location refuses what the staged source cannot serve)."""
-    if "://" in checkpoint or checkpoint.startswith("file:"):
-        return checkpoint.rstrip("/")
-    return os.path.abspath(checkpoint).rstrip("/")
+def checkpoint_staging(
+    checkpoint: str,
+    name: str = "checkpoint",
+    hint: str = "give options={'stagingLocation': '/mnt/shared/...' or 's3://bucket/prefix'}, "
+    "or staged=False",
+) -> str:
+    """The archive's staging location when no ``stagingLocation`` is given:
+    ``<checkpoint>/nsq_staging``, a relative local path made absolute (the driver's working
+    directory, as Spark resolves the checkpoint). A checkpoint elsewhere is refused
+    (OptionError naming `name`, then `hint`): on a store the staged source cannot serve, or on
+    S3, where staging is chosen explicitly: Spark writes the checkpoint through Hadoop's S3A
+    (``fs.s3a.*`` settings), the staging log is written by boto3 in every Python worker (the
+    AWS chain), and the two need not reach the same store."""
+    try:
+        scheme = location_scheme(checkpoint)
+        if scheme in S3_SCHEMES:
+            raise OptionError(
+                f"{name}: {checkpoint!r} is on {scheme}: storage, where the archive does not "
+                "stage by itself"
+            )
+        if not scheme:
+            return os.path.abspath(checkpoint).rstrip("/") + "/nsq_staging"
+        return staging_location(checkpoint, name).rstrip("/") + "/nsq_staging"
+    except OptionError as exc:
+        raise OptionError(
+            f"{exc} (the staging log goes in <checkpoint>/nsq_staging: {hint})"
+        ) from None

@@ -6,6 +6,7 @@ to at most the batch's row limit."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import math
@@ -89,6 +90,8 @@ class Planner:
         self._lookup_at = -math.inf
         self._found: list[tuple[str, str]] = []
         self._created: set[str] = set()
+        #: An nsqd's HTTP API answers within this, or it is planned nothing this batch.
+        self._timeout = min(5.0, options.read_timeout)
         #: For https:// addresses: the source's tlsCaFile (and client certificate).
         self._ssl: ssl.SSLContext | None = None
         if options.security.tls_cafile or options.security.tls_certfile:
@@ -138,8 +141,14 @@ class Planner:
 
     def depths(self) -> list[NsqdDepth]:
         """Each nsqd's channel depth from its /stats (creating the channel, as a SUB would,
-        when the topic has no such channel yet, so it collects the topic's messages)."""
-        return [self._depth(tcp, http) for tcp, http in self.nsqds()]
+        when the topic has no such channel yet, so it collects the topic's messages). The
+        nsqds are asked at once: one that does not answer (frozen) delays the plan by one
+        timeout, whatever the number of nsqds, and is planned nothing."""
+        nsqds = self.nsqds()
+        if len(nsqds) <= 1:
+            return [self._depth(tcp, http) for tcp, http in nsqds]
+        with concurrent.futures.ThreadPoolExecutor(min(len(nsqds), 16)) as pool:
+            return list(pool.map(lambda pair: self._depth(*pair), nsqds))
 
     def _depth(self, tcp: str, http: str | None) -> NsqdDepth:
         if http is None:
@@ -152,10 +161,12 @@ class Planner:
                 request = urllib.request.Request(
                     f"{_url(http)}/channel/create?topic={topic}&channel={channel}", method="POST"
                 )
-                urllib.request.urlopen(request, timeout=5.0, context=self._ssl).close()
+                urllib.request.urlopen(request, timeout=self._timeout, context=self._ssl).close()
                 self._created.add(tcp)
             stats = _get_json(
-                f"{_url(http)}/stats?format=json&topic={topic}&channel={channel}", 5.0, self._ssl
+                f"{_url(http)}/stats?format=json&topic={topic}&channel={channel}",
+                self._timeout,
+                self._ssl,
             )
         except urllib.error.HTTPError as exc:
             self._created.discard(tcp)

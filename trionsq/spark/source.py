@@ -40,7 +40,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .executor import StagedPartition, read_partition
+from .executor import StagedPartition, read_partition, received
 from .options import SourceOptions
 from .planner import NsqdDepth, Planner, split_plan
 from .runtime import ReaderRuntime
@@ -301,7 +301,9 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         got: dict[str, int] = {}
         for i, (nsqd, _) in enumerate(start.get("plan") or []):
             table = staging.read(last, i)
-            got[nsqd] = got.get(nsqd, 0) + (table.num_rows if table is not None else 1)
+            # Received, not rows: a batch whose messages were all dropped copies (a killed
+            # run's, coming back) did not find the nsqd drained.
+            got[nsqd] = got.get(nsqd, 0) + (received(table) if table is not None else 1)
         self._drained |= {n for n, rows in got.items() if rows == 0}
 
         def known() -> list[NsqdDepth]:
