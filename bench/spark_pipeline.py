@@ -38,6 +38,12 @@ def main() -> int:
     parser.add_argument("--conf", action="append", default=[], help="Spark key=value")
     parser.add_argument("--partitions", type=int, default=None, help="numPartitions")
     parser.add_argument(
+        "--hadoop-defaults",
+        action="store_true",
+        help="without the local file-system settings trionsq spark archive applies "
+        "(pipeline.LOCAL_FILESYSTEM_CONF)",
+    )
+    parser.add_argument(
         "--skip", default="", help="comma-separated: archive,parquet,replay,latency"
     )
     args = parser.parse_args()
@@ -65,6 +71,10 @@ def main() -> int:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.maxConcurrentOutputFileWriters", "4")
     )
+    from trionsq.spark.pipeline import LOCAL_FILESYSTEM_CONF
+
+    for key, value in ({} if args.hadoop_defaults else LOCAL_FILESYSTEM_CONF).items():
+        builder = builder.config(key, value)
     for pair in args.conf:
         key, _, value = pair.partition("=")
         builder = builder.config(key, value)
@@ -331,6 +341,14 @@ def _cpu_report(before: tuple[float, float], after: tuple[float, float], n: int)
 
 
 def _durations(batches: list[Any]) -> None:
+    steady = batches[3:]
+    if steady:
+        rows = sum(p["numInputRows"] for p in steady)
+        took = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
+        print(
+            f"  from the 4th micro-batch on (the JVM warmed up): {rows} rows in {took:.1f}s of "
+            f"micro-batches = {rows / took:,.0f} msg/s"
+        )
     for p in batches:
         d = p["durationMs"]
         print(

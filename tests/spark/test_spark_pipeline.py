@@ -135,6 +135,11 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
             proc.stderr.close()
     killed_with = read_archive(spark, out).count()
     assert killed_with < len(bodies)
+    # The CLI's local file-system settings (pipeline.LOCAL_FILESYSTEM_CONF): no checksum
+    # sidecars, no _SUCCESS, through the kill and the restart below all the same.
+    written = [f for _, _, files in os.walk(out) for f in files]
+    assert any(f.endswith(".parquet") for f in written)
+    assert not [f for f in written if f.endswith(".crc") or f == "_SUCCESS"], written
     query = archive(
         spark,
         topic="pipe_cli",

@@ -102,7 +102,8 @@ def _split(values: Sequence[str]) -> list[str]:
     return [a.strip() for v in values for a in v.split(",") if a.strip()]
 
 
-def _session(args: argparse.Namespace, app: str) -> Any:
+def _session(args: argparse.Namespace, app: str, defaults: dict[str, str] | None = None) -> Any:
+    """The Spark session of a job: `defaults` under the user's ``--conf``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -116,7 +117,7 @@ def _session(args: argparse.Namespace, app: str) -> Any:
         and not os.environ.get("PYSPARK_GATEWAY_PORT")
     ):
         builder = builder.master("local[*]")
-    for key, value in _pairs(args.conf, "--conf").items():
+    for key, value in {**(defaults or {}), **_pairs(args.conf, "--conf")}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(args.log_level.upper())
@@ -162,8 +163,15 @@ def _archive(args: argparse.Namespace) -> int:
             _check_staging(args, options)
     except OptionError as exc:
         raise _UsageError(str(exc)) from None
-    spark = _session(args, f"trionsq archive {args.topic}")
-    from trionsq.spark.pipeline import archive
+    from trionsq.spark.options import local_path
+    from trionsq.spark.pipeline import LOCAL_FILESYSTEM_CONF, archive
+
+    local = all(
+        local_path(where) is not None for where in (args.output, args.checkpoint or args.output)
+    )
+    spark = _session(
+        args, f"trionsq archive {args.topic}", LOCAL_FILESYSTEM_CONF if local else None
+    )
 
     query = archive(
         spark,

@@ -11,7 +11,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import trio
@@ -191,28 +191,32 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
 
     phases = _Phases()
     conn_options = options.connection_options()
-    conns: list[Connection] = []
     async with trio.open_nursery() as nursery:
+
+        async def subscribe(conn: Connection) -> None:
+            await _answer(part, options, "IDENTIFY", nursery.start(conn.run))
+            sub = commands.sub(options.topic, options.channel)
+            await _answer(part, options, "SUB", conn.request(sub))
+
         try:
-            for _ in range(n_conns):
-                conn = Connection(part.nsqd, conn_options, on_messages=on_messages)
-                received[conn] = []
-                try:
-                    await _answer(part, options, "IDENTIFY", nursery.start(conn.run))
-                except NotConnectedError as exc:
-                    if conns or not _refused(exc):
-                        raise
-                    # nsqd is not there (gone since planning): nothing taken, nothing
-                    # lost; the partition is staged empty so that a re-run agrees.
-                    log.warning("%r: %s: staged empty", part, exc)
-                    empty = decode_payloads([], part.nsqd, options.topic)
-                    if staging.write(part.batch, part.index, empty):
-                        staging.confirm(part.batch, part.index)
-                    return staging.read(part.batch, part.index)
-                conns.append(conn)
-                await _answer(
-                    part, options, "SUB", conn.request(commands.sub(options.topic, options.channel))
-                )
+            conns = [
+                Connection(part.nsqd, conn_options, on_messages=on_messages) for _ in range(n_conns)
+            ]
+            received.update((conn, []) for conn in conns)
+            try:
+                await subscribe(conns[0])
+            except NotConnectedError as exc:
+                if not _refused(exc):
+                    raise
+                # nsqd is not there (gone since planning): nothing taken, nothing
+                # lost; the partition is staged empty so that a re-run agrees.
+                log.warning("%r: %s: staged empty", part, exc)
+                empty = decode_payloads([], part.nsqd, options.topic)
+                if staging.write(part.batch, part.index, empty):
+                    staging.confirm(part.batch, part.index)
+                return staging.read(part.batch, part.index)
+            # The others at once: one round trip of set-up, not one per connection.
+            await _each(conns[1:], subscribe)
             for i, conn in enumerate(conns):
                 share = limit // n_conns + (1 if i < limit % n_conns else 0)
                 conn.rdy = min(share, conn.max_rdy_count)
@@ -270,8 +274,10 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
                     conn.send(b"".join(out))
             _fault("before-cls")
             # CLS is answered after everything before it: its CLOSE_WAIT confirms the FINs.
-            for conn in conns:
-                await _answer(part, options, "CLS (the FINs)", conn.request(commands.cls()))
+            await _each(
+                conns,
+                lambda conn: _answer(part, options, "CLS (the FINs)", conn.request(commands.cls())),
+            )
             _send_all(conns, received, commands.req, sent)
             _fault("after-fin")
             failed = sum(conn.fin_failures for conn in conns)
@@ -291,6 +297,23 @@ async def _consume(part: StagedPartition, options: SourceOptions, staging: Stagi
             raise RuntimeError(f"nsq source {part!r}: {exc}") from exc
         finally:
             nursery.cancel_scope.cancel()
+
+
+async def _each(conns: list[Connection], step: Callable[[Connection], Awaitable[Any]]) -> None:
+    """Run `step` on every connection at once; raise the first failure (not a group)."""
+    failures: list[BaseException] = []
+
+    async def run(conn: Connection) -> None:
+        try:
+            await step(conn)
+        except (RuntimeError, OSError, ClientError, trio.BrokenResourceError) as exc:
+            failures.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for conn in conns:
+            nursery.start_soon(run, conn)
+    if failures:
+        raise failures[0]
 
 
 class _Phases:
