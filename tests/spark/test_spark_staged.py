@@ -195,13 +195,21 @@ def test_driver_sigkilled_mid_run_then_restarted_plain_parquet_has_every_message
     """A driver (its own process and JVM) streaming into a plain Parquet sink is SIGKILLed
     mid-run, then the query is restarted from its checkpoint: every message once, the last
     batch of the killed run not delivered twice."""
+    driver_killed_then_restarted(spark, nsqd, tmp_dir, "stg_driver", f"{tmp_dir}/staging")
+
+
+def driver_killed_then_restarted(
+    spark: Any, nsqd: DaemonProcess, tmp_dir: str, topic: str, staging: str
+) -> None:
+    """The driver-kill round with its staging log at `staging` (a path, or an s3:// URL the
+    environment's AWS_* settings reach)."""
     bodies = [f"driver {i}".encode() for i in range(800)]
-    publish(nsqd, "stg_driver", bodies)
-    staging, out, ck = f"{tmp_dir}/staging", f"{tmp_dir}/out", f"{tmp_dir}/ck"
+    publish(nsqd, topic, bodies)
+    out, ck = f"{tmp_dir}/out", f"{tmp_dir}/ck"
     script = f"{tmp_dir}/driver.py"
     with open(script, "w") as f:
         f.write(_DRIVER)
-    args = ["stg_driver", tcp(nsqd), http(nsqd), staging, out, ck]
+    args = [topic, tcp(nsqd), http(nsqd), staging, out, ck]
     proc = subprocess.Popen(
         [sys.executable, script, *args],
         env=pythonpath_env(),
@@ -223,7 +231,7 @@ def test_driver_sigkilled_mid_run_then_restarted_plain_parquet_has_every_message
             proc.stderr.close()
     stream = _stream(
         spark,
-        "stg_driver",
+        topic,
         staging,
         nsqd=tcp(nsqd),
         nsqdHttp=http(nsqd),
@@ -235,7 +243,7 @@ def test_driver_sigkilled_mid_run_then_restarted_plain_parquet_has_every_message
     assert query.awaitTermination(120) and query.exception() is None
     rows = spark.read.parquet(out).select("body").collect()
     assert sorted(r.body for r in rows) == sorted(bodies)
-    assert channel_stats(nsqd, "stg_driver", "spark")["depth"] == 0
+    assert channel_stats(nsqd, topic, "spark")["depth"] == 0
 
 
 def _registered(lookupd_http: str, topic: str, n: int) -> None:

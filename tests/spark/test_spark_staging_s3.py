@@ -148,3 +148,18 @@ def test_task_killed_between_staging_and_fin_archive_on_s3_has_every_message_onc
     # committed batches' objects are gone.
     assert [k for k in keys if "/unconfirmed/" in k]
     assert len(_batches(keys)) <= 1
+
+
+def test_driver_sigkilled_mid_run_then_restarted_with_s3_staging_has_every_message_once(
+    spark: Any, nsqd: DaemonProcess, tmp_dir: str, s3: S3Server
+) -> None:
+    """The driver-kill round of the POSIX store (a driver process and its JVM SIGKILLed
+    mid-run, the query restarted from its checkpoint, a plain Parquet sink) with the staging
+    log on S3: every message once. The killed driver reaches the server through the same
+    AWS_* environment."""
+    from .test_spark_staged import driver_killed_then_restarted
+
+    bucket = s3.new_bucket()
+    driver_killed_then_restarted(spark, nsqd, tmp_dir, "s3_driver", f"s3://{bucket}/staging")
+    keys = s3.keys(bucket)
+    assert keys and all(k.startswith("staging/") for k in keys)
