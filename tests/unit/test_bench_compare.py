@@ -73,7 +73,9 @@ def test_parse_args_trionsq_command_is_split() -> None:
     assert servers[0].argv == ("/venv/bin/python", "-m", "trionsq", "nsqd", "--log-level=warn")
 
 
-@pytest.mark.parametrize("argv", [["--only=nope"], ["--rounds=0"], ["--runfor=ten"]])
+@pytest.mark.parametrize(
+    "argv", [["--only=nope"], ["--rounds=0"], ["--runfor=ten"], ["--background=-1"]]
+)
 def test_parse_args_rejects(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv)
@@ -207,3 +209,21 @@ def test_lower_bound_is_marked() -> None:
     assert table[-1].startswith("* a lower bound")
     assert results.as_json()["deliver_default"]["go"]["lower_bound"] is True
     assert results.as_json()["deliver_default"]["trionsq"]["lower_bound"] is False
+
+
+def test_background_processes_spin_during_the_block_and_are_gone_after() -> None:
+    """--background N: N processes using a core each while the round runs, none after."""
+    import time
+
+    from trionsq.apps.bench.common import cpu_seconds
+
+    assert compare.options_from(parse_args(["--background", "2"])).background == 2
+    assert compare.options_from(parse_args([])).background == 0
+    with compare.Background(2) as background:
+        procs = list(background.procs)
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+        deadline = time.monotonic() + 30
+        while min(cpu_seconds(p.pid) for p in procs) < 0.2:  # each burns CPU (a busy core)
+            assert time.monotonic() < deadline, "the background processes do not spin"
+            time.sleep(0.05)
+    assert all(p.poll() is not None for p in procs)

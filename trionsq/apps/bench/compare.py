@@ -20,6 +20,9 @@ both servers' median over the rounds, their min-max, and the ratio trionsq/go. W
 
 The throughput clients are Go's bench_writer/bench_reader when their paths are given, else
 trionsq's (several client processes); both servers of a run get the same clients.
+With ``--background N`` each round runs beside N CPU-bound processes (a busy machine), started
+before the round's daemon and stopped after it, so that both servers face the same competition.
+
 Progress goes to stderr, the table to stdout; ``--json`` adds one JSON line of every figure.
 """
 
@@ -343,6 +346,7 @@ class Options:
     output_buffer_size: int = -1
     output_buffer_timeout: int = 0
     nsqd_args: tuple[str, ...] = ()
+    background: int = 0
 
 
 Values = dict[str, float]
@@ -650,9 +654,38 @@ def _load() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+#: A background process: Python spinning on one core until it is killed.
+_SPIN = ("-c", "while True: pass")
+
+
+class Background:
+    """`count` CPU-bound processes for the duration of a `with` block (a busy machine)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Background:
+        for _ in range(self.count):
+            self.procs.append(subprocess.Popen([sys.executable, *_SPIN]))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait()
+        self.procs.clear()
+
+
 def run_one(measurement: Measurement, server: Server, opts: Options) -> Values | None:
-    """One round of `measurement` on a fresh daemon of `server`; None if it failed (the
-    reason is printed)."""
+    """One round of `measurement` on a fresh daemon of `server`, beside `opts.background`
+    CPU-bound processes; None if it failed (the reason is printed)."""
+    with Background(opts.background):
+        return _run_one(measurement, server, opts)
+
+
+def _run_one(measurement: Measurement, server: Server, opts: Options) -> Values | None:
     flags = (*measurement.flags(opts), *opts.nsqd_args)
     try:
         daemon = Daemon(server, flags)
@@ -753,6 +786,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--nsqd-arg", action="append", default=[], metavar="FLAG", help="flag for both daemons"
     )
+    p.add_argument(
+        "--background",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N CPU-bound processes beside each round (0)",
+    )
     p.add_argument("--json", action="store_true", help="also print one JSON line of figures")
     return p
 
@@ -761,6 +801,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.rounds < 1:
         build_parser().error("--rounds must be at least 1")
+    if args.background < 0:
+        build_parser().error("--background must be 0 or more")
     return args
 
 
@@ -793,6 +835,7 @@ def options_from(args: argparse.Namespace) -> Options:
         output_buffer_size=args.output_buffer_size,
         output_buffer_timeout=args.output_buffer_timeout,
         nsqd_args=tuple(args.nsqd_arg),
+        background=args.background,
     )
 
 
@@ -805,6 +848,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = _load()
     _say(f"servers: {'; '.join(f'{s.name}: {shlex.join(s.argv)}' for s in servers)}")
     _say(f"clients: {opts.clients.describe()}; {os.cpu_count()} cores; load {load_before}")
+    if opts.background:
+        _say(f"background: {opts.background} CPU-bound processes beside each round")
     try:
         from .connections import raise_nofile
 
