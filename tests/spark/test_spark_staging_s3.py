@@ -23,6 +23,7 @@ from trionsq.testing import DaemonProcess
 
 from .conftest import channel_stats, fault, faults_left, http, publish, tcp
 from .s3server import S3Server, put_requests
+from .test_spark_staged import _stream, driver_killed_then_restarted
 
 _BATCH_KEY = re.compile(r"/b(\d+)/p\d+\.(arrow|fin)$")
 
@@ -45,18 +46,6 @@ def s3(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
             sc.environment.clear()
             sc.environment.update(saved)
             trionsq.spark.register(spark)
-
-
-def _stream(spark: Any, topic: str, staging: str, **options: str) -> Any:
-    reader = (
-        spark.readStream.format("nsq")
-        .option("topic", topic)
-        .option("channel", "spark")
-        .option("stagingLocation", staging)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
 
 
 def _batches(keys: list[str]) -> set[int]:
@@ -157,8 +146,6 @@ def test_driver_sigkilled_mid_run_then_restarted_with_s3_staging_has_every_messa
     mid-run, the query restarted from its checkpoint, a plain Parquet sink) with the staging
     log on S3: every message once. The killed driver reaches the server through the same
     AWS_* environment."""
-    from .test_spark_staged import driver_killed_then_restarted
-
     bucket = s3.new_bucket()
     driver_killed_then_restarted(spark, nsqd, tmp_dir, "s3_driver", f"s3://{bucket}/staging")
     keys = s3.keys(bucket)

@@ -23,6 +23,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from .stores import fsync_dir
+
 __all__ = ["CompactResult", "compact", "recover"]
 
 log = logging.getLogger("trionsq.spark")
@@ -38,14 +40,6 @@ class CompactResult:
     files_before: int
     files_after: int
     rows: int
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _parquet_files(directory: str) -> list[str]:
@@ -81,12 +75,12 @@ def _apply(archive: str, journal: dict[str, Any]) -> None:
     for temp, final in journal["new"]:
         if os.path.exists(temp):
             os.replace(temp, os.path.join(partition, final))
-    _fsync_dir(partition)
+    fsync_dir(partition)
     for old in journal["old"]:
         for stale in (old, f".{old}.crc"):  # and the checksum Hadoop's local FS keeps
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(partition, stale))
-    _fsync_dir(partition)
+    fsync_dir(partition)
     shutil.rmtree(journal["temp"], ignore_errors=True)
 
 
@@ -145,7 +139,7 @@ def compact(
             f.flush()
             os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
-        _fsync_dir(work)
+        fsync_dir(work)
         if stop_after_journal:
             return results
         _apply(archive, journal)

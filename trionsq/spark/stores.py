@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .options import local_path, s3_parts
 
-__all__ = ["PosixStore", "S3Store", "Store", "open_store"]
+__all__ = ["PosixStore", "S3Store", "Store", "fsync_dir", "open_store"]
 
 
 class Store(Protocol):
@@ -60,7 +60,8 @@ def open_store(root: str) -> Store:
     return S3Store(root, bucket, prefix)
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """fsync the directory `path` (a name linked, renamed or removed in it is durable)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -101,7 +102,7 @@ class PosixStore:
                 os.link(temp, final)
             except FileExistsError:
                 return False
-            _fsync_dir(directory)
+            fsync_dir(directory)
             return True
         finally:
             with contextlib.suppress(FileNotFoundError):
