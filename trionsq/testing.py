@@ -33,13 +33,16 @@ class DaemonProcess:
         data_path: str | None = None,
         startup_timeout: float = 15.0,
         env: dict[str, str] | None = None,
+        executable: str | None = None,
     ) -> None:
+        """`executable`: a command that is `trionsq <daemon>` (an installed ``nsqd``, say)
+        instead of this interpreter's ``python -m trionsq <daemon>``."""
         self.daemon = daemon
         self._own_dir: tempfile.TemporaryDirectory[str] | None = None
         if data_path is None and daemon == "nsqd":
             self._own_dir = tempfile.TemporaryDirectory(prefix="trionsq-nsqd-")
             data_path = self._own_dir.name
-        argv = [sys.executable, "-m", "trionsq", daemon]
+        argv = [executable] if executable else [sys.executable, "-m", "trionsq", daemon]
         if daemon == "nsqd":
             argv += [
                 "--tcp-address=127.0.0.1:0",

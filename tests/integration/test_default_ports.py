@@ -7,16 +7,12 @@ the host (.ci/run holds them all while the tests run, `scripts/hold-ports`)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import trustme
 
+from tests.integration.netns import run_in_netns
 from trionsq.testing import pythonpath_env
 
 # Run inside the namespace: bring its loopback up, start the three daemons with their default
@@ -86,42 +82,17 @@ print(json.dumps({"answers": seen, "listening": logs, "exit_codes": codes}))
 """
 
 
-def _unshare_net() -> list[str]:
-    """The command prefix that runs a program in a network namespace of its own, or a skip."""
-    if shutil.which("unshare") is None:
-        pytest.skip("no unshare(1) (util-linux) on this machine")
-    candidates = [["unshare", "-n"], ["unshare", "-r", "-n"]]  # as root; else as a user
-    if os.geteuid() != 0:
-        candidates.reverse()
-    for prefix in candidates:
-        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
-        if probe.returncode == 0:
-            return prefix
-    pytest.skip("network namespaces are not permitted here (unshare -n fails)")
-
-
 def test_daemons_listen_on_nsqs_default_ports(tmp_path: Path) -> None:
-    prefix = _unshare_net()
     cert = str(tmp_path / "server.pem")
     trustme.CA().issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(cert)
     (tmp_path / "data").mkdir()
-    proc = subprocess.Popen(
-        [*prefix, sys.executable, "-c", _INSIDE, str(tmp_path / "data"), cert],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    done = run_in_netns(
+        [sys.executable, "-c", _INSIDE, str(tmp_path / "data"), cert],
+        timeout=120,
         env=pythonpath_env(),
-        start_new_session=True,  # the daemons in its process group: killed with it below
     )
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, err
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err
     result = json.loads(out)
     assert result["answers"] == {
         "4150": "connected",
