@@ -131,6 +131,55 @@ def test_counters_are_deltas_and_gauges_are_current_values() -> None:
     assert f"{P}topic.t.channel.ch.depth:1|g" in lines
 
 
+def test_opt_in_features_counters_follow_nsqs_naming_only_where_present() -> None:
+    def snapshot(dead: int, dropped: int, failovers: int, lag: int) -> dict[str, Any]:
+        return _snapshot(
+            topic_stats(
+                "t",
+                channel_stats("ch", dead_letter_count=dead, expired_count=dead // 2),
+                channel_stats("plain"),
+                dropped_count=dropped,
+                rejected_count=0,
+                backend_bytes=4096,
+                max_depth=100,
+                max_bytes=0,
+                replication={
+                    "role": "primary",
+                    "epoch": 2049,
+                    "failovers": failovers,
+                    "members": [
+                        {"address": "10.0.0.2:4150", "lag_messages": lag},
+                        {"address": "10.0.0.1:4150", "lag_messages": None},
+                    ],
+                },
+            ),
+            topic_stats("other"),
+        )
+
+    lines = render_statsd_lines(snapshot(4, 10, 1, 7), snapshot(10, 25, 2, 3), P, _opts())
+    assert set(lines) >= {
+        f"{P}topic.t.channel.ch.dead_letter_count:6|c",
+        f"{P}topic.t.channel.ch.expired_count:3|c",
+        f"{P}topic.t.dropped_count:15|c",
+        f"{P}topic.t.rejected_count:0|c",
+        f"{P}topic.t.backend_bytes:4096|g",
+        f"{P}topic.t.max_depth:100|g",
+        f"{P}topic.t.replication.role.primary:1|g",
+        f"{P}topic.t.replication.role.replica:0|g",
+        f"{P}topic.t.replication.epoch:2049|g",
+        f"{P}topic.t.replication.failovers:1|c",
+        f"{P}topic.t.replication.lag_messages.10_0_0_2_4150:3|g",
+    }
+    # A topic or channel without a feature sends NSQ's lines and nothing more.
+    assert not [line for line in lines if ".plain." in line and "dead_letter" in line]
+    assert not [
+        line
+        for line in lines
+        if line.startswith(f"{P}topic.other.") and ("dropped" in line or "replication" in line)
+    ]
+    assert not [line for line in lines if "10_0_0_1" in line]  # no lag known: no line
+
+
 def test_new_topic_and_channel_count_from_zero_and_recreated_go_negative() -> None:
     before = _snapshot(topic_stats("old", channel_stats("a", message_count=10), message_count=10))
     after = _snapshot(

@@ -337,10 +337,22 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
     app.add_url_rule(bp("/static/<path:asset>"), "static_asset", static_asset, methods=["GET"])
     app.add_url_rule(bp("/fonts/<path:asset>"), "font_asset", static_asset, methods=["GET"])
 
+    admin.requests.install(app)
+
     @app.route(bp("/ping"), methods=["GET"])
     @access_logged(log)
     async def ping() -> Response:
         return plain_text("OK")
+
+    @app.route(bp("/metrics"), methods=["GET"])
+    @access_logged(log)
+    async def metrics() -> Response:
+        """Beyond NSQ: nsqadmin's requests and its calls to the cluster, Prometheus' format."""
+        from trionsq.prometheus_text import CONTENT_TYPE
+
+        from .metrics import render_metrics  # only when asked for
+
+        return Response(render_metrics(admin), headers={"Content-Type": CONTENT_TYPE})
 
     # -- reading the cluster --------------------------------------------------------------
 

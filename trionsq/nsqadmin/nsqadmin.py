@@ -22,6 +22,7 @@ import trio
 
 from ..daemon import StartupError, start_http
 from ..goerrors import key_pair_error, open_error
+from ..request_counts import RequestCounts
 from ..version import build_description
 from .cluster import ClusterInfo
 from .http_api import serve_http
@@ -77,6 +78,8 @@ class NSQAdmin:
             static_dir = Path(options.dev_static_dir) if options.dev_static_dir else None
         self.static_dir = static_dir or DEFAULT_STATIC_DIR
         self.notifier = Notifier()
+        #: HTTP requests answered (the UI's API calls among them), by route and status.
+        self.requests = RequestCounts()
         self._cluster: ClusterInfo | None = None
         #: The bound ``(host, port)`` of the HTTP listener, once `run` has started.
         self.http_address: tuple[str, int] | None = None

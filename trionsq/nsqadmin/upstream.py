@@ -10,6 +10,7 @@ import json
 import logging
 import socket
 import ssl
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -121,6 +122,9 @@ class UpstreamClient:
         self.client = client
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
+        #: For ``/metrics``: requests by (upstream kind, ``ok``/``error``); errors by address.
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.errors: Counter[str] = Counter()
 
     @staticmethod
     def timeout(connect_timeout: float, request_timeout: float) -> httpx.Timeout:
@@ -162,6 +166,17 @@ class UpstreamClient:
     async def _request(
         self, method: str, address: str, path: str, url: str = "", ci: str = ""
     ) -> bytes:
+        kind = ci or ("graphite" if url else "other")
+        try:
+            body = await self._exchange(method, address, path, url, ci)
+        except UpstreamError:
+            self.requests[(kind, "error")] += 1
+            self.errors[address] += 1
+            raise
+        self.requests[(kind, "ok")] += 1
+        return body
+
+    async def _exchange(self, method: str, address: str, path: str, url: str, ci: str) -> bytes:
         url = url or f"http://{address}{path}"
         if ci:
             log.info("CI: querying %s %s", ci, url)  # Go's ClusterInfo, before each request

@@ -1,17 +1,22 @@
 """nsqd's Prometheus exposition: a `/stats` snapshot rendered as text format 0.0.4 (``nsq_``
-topic, channel and daemon metrics) plus the standard ``process_`` metrics read cheaply from
-/proc, `os` and `resource`."""
+topic, channel and daemon metrics) plus the standard ``process_`` metrics
+(`trionsq.prometheus_text`)."""
 
 from __future__ import annotations
 
-import math
-import os
-import sys
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cache
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from trionsq.prometheus_text import (
+    CONTENT_TYPE,
+    Labels,
+    ProcessMetrics,
+    Sample,
+    family,
+    format_value,
+    read_process_metrics,
+    render,
+)
 
 __all__ = [
     "CONTENT_TYPE",
@@ -20,139 +25,7 @@ __all__ = [
     "render_prometheus",
 ]
 
-#: The Content-Type of a `render_prometheus` response.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
 Snapshot = Mapping[str, Any]
-Labels = Sequence[tuple[str, str]]
-Sample = tuple[Labels, float]
-
-
-# --- process metrics ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcessMetrics:
-    """The standard ``process_`` metrics; ``None`` where the platform does not tell."""
-
-    cpu_seconds: float
-    start_time_seconds: float | None = None
-    resident_memory_bytes: int | None = None
-    virtual_memory_bytes: int | None = None
-    open_fds: int | None = None
-    max_fds: int | None = None
-
-
-# Used when /proc cannot say when the process started: close enough for a daemon.
-_IMPORT_TIME = time.time()
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path) as file:
-            return file.read()
-    except OSError:
-        return None
-
-
-@cache
-def _boot_time() -> float | None:
-    text = _read_text("/proc/stat")
-    for line in (text or "").splitlines():
-        if line.startswith("btime "):
-            return float(line.split()[1])
-    return None
-
-
-def _start_time_seconds() -> float:
-    stat = _read_text("/proc/self/stat")
-    boot = _boot_time()
-    if stat is None or boot is None:
-        return _IMPORT_TIME
-    # the command name (field 2) may hold spaces and parentheses: split after the last ")"
-    fields = stat.rpartition(")")[2].split()
-    start_ticks = int(fields[19])  # field 22 overall
-    return boot + start_ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _memory_bytes() -> tuple[int | None, int | None]:
-    """(resident, virtual) from /proc/self/statm."""
-    statm = _read_text("/proc/self/statm")
-    if statm is None:
-        return None, None
-    pages = statm.split()
-    page_size = os.sysconf("SC_PAGE_SIZE")
-    return int(pages[1]) * page_size, int(pages[0]) * page_size
-
-
-def _open_fds() -> int | None:
-    for directory in ("/proc/self/fd", "/dev/fd"):
-        try:
-            return len(os.listdir(directory))
-        except OSError:
-            continue
-    return None
-
-
-def _max_fds() -> int | None:
-    if sys.platform == "win32":
-        return None
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def read_process_metrics() -> ProcessMetrics:
-    """This process's CPU time, start time, memory and file descriptors (a few small reads)."""
-    times = os.times()
-    resident, virtual = _memory_bytes()
-    return ProcessMetrics(
-        cpu_seconds=times.user + times.system,
-        start_time_seconds=_start_time_seconds(),
-        resident_memory_bytes=resident,
-        virtual_memory_bytes=virtual,
-        open_fds=_open_fds(),
-        max_fds=_max_fds(),
-    )
-
-
-# --- text format -------------------------------------------------------------------------
-
-
-def _escape_label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _format_value(value: float) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
-
-
-def _format_labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{name}="{_escape_label_value(value)}"' for name, value in labels)
-    return "{" + inner + "}"
-
-
-def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> Iterator[str]:
-    """HELP and TYPE lines then one line per sample (metadata even without samples)."""
-    yield f"# HELP {name} {_escape_help(help_text)}"
-    yield f"# TYPE {name} {kind}"
-    for labels, value in samples:
-        yield f"{name}{_format_labels(labels)} {_format_value(value)}"
 
 
 # --- snapshot walking --------------------------------------------------------------------
@@ -190,7 +63,7 @@ def _percentiles(stats: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
 
 
 def _quantile_label(quantile: float) -> tuple[str, str]:
-    return ("quantile", _format_value(float(quantile)))
+    return ("quantile", format_value(float(quantile)))
 
 
 def _topic_latency_samples(snapshot: Snapshot) -> list[Sample]:
@@ -275,32 +148,32 @@ def _daemon_lines(snapshot: Snapshot) -> Iterator[str]:
     topics = _topics(snapshot)
     channels = [channel for topic in topics for channel in _channels(topic)]
     version = str(snapshot.get("version", ""))
-    yield from _family(
+    yield from family(
         "nsq_build_info", "gauge", "nsqd version, always 1.", [((("version", version),), 1)]
     )
     healthy = 1 if snapshot.get("health", "OK") == "OK" else 0
-    yield from _family("nsq_healthy", "gauge", "1 if nsqd reports health OK.", [((), healthy)])
+    yield from family("nsq_healthy", "gauge", "1 if nsqd reports health OK.", [((), healthy)])
     if "start_time" in snapshot:
         start = [((), _number(snapshot["start_time"]))]
-        yield from _family("nsq_start_time_seconds", "gauge", "nsqd start, unix time.", start)
-    yield from _family("nsq_topics", "gauge", "Topics.", [((), len(topics))])
-    yield from _family("nsq_channels", "gauge", "Channels over all topics.", [((), len(channels))])
+        yield from family("nsq_start_time_seconds", "gauge", "nsqd start, unix time.", start)
+    yield from family("nsq_topics", "gauge", "Topics.", [((), len(topics))])
+    yield from family("nsq_channels", "gauge", "Channels over all topics.", [((), len(channels))])
     clients = sum(int(channel.get("client_count", 0)) for channel in channels)
-    yield from _family("nsq_clients", "gauge", "Consumers over all channels.", [((), clients)])
+    yield from family("nsq_clients", "gauge", "Consumers over all channels.", [((), clients)])
     producers = snapshot.get("producers")
     if isinstance(producers, list):
-        yield from _family(
+        yield from family(
             "nsq_producers", "gauge", "Connections that published.", [((), len(producers))]
         )
 
 
 def _topic_lines(snapshot: Snapshot) -> Iterator[str]:
     for name, kind, help_text, field in _TOPIC_METRICS:
-        yield from _family(name, kind, help_text, _topic_samples(snapshot, field))
+        yield from family(name, kind, help_text, _topic_samples(snapshot, field))
     channel_counts = [
         ((("topic", topic["topic_name"]),), len(_channels(topic))) for topic in _topics(snapshot)
     ]
-    yield from _family("nsq_topic_channels", "gauge", "Channels of the topic.", channel_counts)
+    yield from family("nsq_topic_channels", "gauge", "Channels of the topic.", channel_counts)
     for name, kind, help_text, field in (*_BOUNDED_TOPIC_METRICS, *_TOPIC_OPTIONAL_METRICS):
         samples = [
             ((("topic", topic["topic_name"]),), _number(topic[field]))
@@ -308,8 +181,8 @@ def _topic_lines(snapshot: Snapshot) -> Iterator[str]:
             if field in topic
         ]
         if samples:
-            yield from _family(name, kind, help_text, samples)
-    yield from _family(
+            yield from family(name, kind, help_text, samples)
+    yield from family(
         "nsq_topic_e2e_processing_latency_seconds",
         "gauge",
         "End-to-end processing latency quantiles over the window, merged over channels.",
@@ -342,22 +215,22 @@ def _replication_lines(snapshot: Snapshot) -> Iterator[str]:
             if member.get("lag_messages") is not None:
                 labels = (("topic", name), ("member", str(member["address"])))
                 lags.append((labels, _number(member["lag_messages"])))
-    yield from _family(
+    yield from family(
         "nsq_topic_replication_role", "gauge", "This node's role for the topic (1: it).", roles
     )
-    yield from _family(
+    yield from family(
         "nsq_topic_replication_epoch",
         "gauge",
         "The topic's epoch on this node (round x 1024 + node ID).",
         epochs,
     )
-    yield from _family(
+    yield from family(
         "nsq_topic_replication_lag_messages",
         "gauge",
         "Messages the primary accepted that the member has not acknowledged.",
         lags,
     )
-    yield from _family(
+    yield from family(
         "nsq_topic_replication_failovers_total",
         "counter",
         "Times this node took office for the topic.",
@@ -400,7 +273,7 @@ _TOPIC_OPTIONAL_METRICS = (
 
 def _channel_lines(snapshot: Snapshot) -> Iterator[str]:
     for name, kind, help_text, field in _CHANNEL_METRICS:
-        yield from _family(name, kind, help_text, _channel_samples(snapshot, field))
+        yield from family(name, kind, help_text, _channel_samples(snapshot, field))
     for name, kind, help_text, field in (*_BOUNDED_CHANNEL_METRICS, *_CHANNEL_OPTIONAL_METRICS):
         samples = [
             (_channel_labels(topic, channel), _number(channel[field]))
@@ -409,8 +282,8 @@ def _channel_lines(snapshot: Snapshot) -> Iterator[str]:
             if field in channel
         ]
         if samples:
-            yield from _family(name, kind, help_text, samples)
-    yield from _family(
+            yield from family(name, kind, help_text, samples)
+    yield from family(
         "nsq_channel_e2e_processing_latency_seconds",
         "gauge",
         "End-to-end processing latency quantiles (publish to FIN) over the window.",
@@ -421,35 +294,7 @@ def _channel_lines(snapshot: Snapshot) -> Iterator[str]:
 def _memory_lines(memory: Mapping[str, Any]) -> Iterator[str]:
     for key, (name, kind, help_text) in _MEMORY_METRICS.items():
         if key in memory:
-            yield from _family(name, kind, help_text, [((), _number(memory[key]))])
-
-
-_PROCESS_GAUGES = (
-    ("process_start_time_seconds", "Start time of the process since unix epoch in seconds."),
-    ("process_resident_memory_bytes", "Resident memory size in bytes."),
-    ("process_virtual_memory_bytes", "Virtual memory size in bytes."),
-    ("process_open_fds", "Number of open file descriptors."),
-    ("process_max_fds", "Maximum number of open file descriptors."),
-)
-
-
-def _process_lines(process: ProcessMetrics) -> Iterator[str]:
-    yield from _family(
-        "process_cpu_seconds_total",
-        "counter",
-        "Total user and system CPU time spent in seconds.",
-        [((), process.cpu_seconds)],
-    )
-    values = (
-        process.start_time_seconds,
-        process.resident_memory_bytes,
-        process.virtual_memory_bytes,
-        process.open_fds,
-        process.max_fds,
-    )
-    for (name, help_text), value in zip(_PROCESS_GAUGES, values, strict=True):
-        if value is not None:
-            yield from _family(name, "gauge", help_text, [((), value)])
+            yield from family(name, kind, help_text, [((), _number(memory[key]))])
 
 
 def render_prometheus(snapshot: Snapshot, process: ProcessMetrics | None = None) -> str:
@@ -460,6 +305,5 @@ def render_prometheus(snapshot: Snapshot, process: ProcessMetrics | None = None)
         *_topic_lines(snapshot),
         *_channel_lines(snapshot),
         *_memory_lines(snapshot.get("memory") or {}),
-        *_process_lines(process if process is not None else read_process_metrics()),
     ]
-    return "\n".join(lines) + "\n"
+    return render(lines, process)

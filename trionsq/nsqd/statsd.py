@@ -1,6 +1,8 @@
 """nsqd's statsd push: the lines NSQ sends for a stats snapshot (counters as deltas since the
-previous push, gauges, e2e percentiles, memory stats), their packing into UDP datagrams, the
-``%s`` host expansion of ``--statsd-prefix`` and the Trio loop that pushes every interval."""
+previous push, gauges, e2e percentiles, memory stats), and beyond NSQ, in its naming, the
+opt-in features' (bounded queues, dead letters, TTL, checksums, replication) for the topics
+and channels that have them; their packing into UDP datagrams, the ``%s`` host expansion of
+``--statsd-prefix`` and the Trio loop that pushes every interval."""
 
 from __future__ import annotations
 
@@ -96,6 +98,54 @@ def _percentile_lines(prefix: str, stat_base: str, stats: Mapping[str, Any]) -> 
         yield _gauge(prefix, name, math.trunc(float(item["value"])))
 
 
+# Beyond NSQ, in NSQ's naming: sent only for topics and channels whose stats have the field
+# (those with the feature on), so that a daemon without them sends exactly Go's lines.
+# (snapshot field, statsd stat, counter?)
+_OPTIONAL_STATS = (
+    ("dropped_count", "dropped_count", True),  # bounded queues: drop-oldest
+    ("rejected_count", "rejected_count", True),  # bounded queues: refused when full
+    ("backend_bytes", "backend_bytes", False),
+    ("max_depth", "max_depth", False),
+    ("max_bytes", "max_bytes", False),
+    ("dead_letter_count", "dead_letter_count", True),  # --max-attempts, TTL
+    ("expired_count", "expired_count", True),  # --message-ttl
+    ("corrupt_count", "corrupt_count", True),  # disk-queue records failing their checksum
+)
+_REPLICATION_ROLES = ("primary", "replica", "candidate")
+
+
+def _optional_lines(
+    prefix: str, base: str, stats: Mapping[str, Any], last: Mapping[str, Any]
+) -> Iterator[str]:
+    for field, stat, is_counter in _OPTIONAL_STATS:
+        if field not in stats:
+            continue
+        if is_counter:
+            yield _counter(prefix, f"{base}.{stat}", _delta(stats, last, field))
+        else:
+            yield _gauge(prefix, f"{base}.{stat}", int(stats[field]))
+
+
+def _replication_lines(
+    prefix: str, base: str, topic: Mapping[str, Any], last: Mapping[str, Any]
+) -> Iterator[str]:
+    """A replicated topic: this node's role (a 0/1 gauge per role), epoch, failovers (a
+    counter) and each member's lag in messages (members named as statsd names hosts)."""
+    info = topic.get("replication")
+    if not info:
+        return
+    base = f"{base}.replication"
+    for role in _REPLICATION_ROLES:
+        yield _gauge(prefix, f"{base}.role.{role}", int(info.get("role") == role))
+    yield _gauge(prefix, f"{base}.epoch", int(info.get("epoch", 0)))
+    previous = last.get("replication") or {}
+    yield _counter(prefix, f"{base}.failovers", _delta(info, previous, "failovers"))
+    for member in info.get("members") or ():
+        if member.get("lag_messages") is not None:
+            member_key = statsd_host_key(str(member["address"]))
+            yield _gauge(prefix, f"{base}.lag_messages.{member_key}", int(member["lag_messages"]))
+
+
 def _channel_lines(
     prefix: str, topic_name: str, channel: Mapping[str, Any], last: Mapping[str, Any]
 ) -> Iterator[str]:
@@ -109,6 +159,7 @@ def _channel_lines(
     yield _counter(prefix, f"{base}.timeout_count", _delta(channel, last, "timeout_count"))
     yield _gauge(prefix, f"{base}.clients", int(channel.get("client_count", 0)))
     yield from _percentile_lines(prefix, base, channel)
+    yield from _optional_lines(prefix, base, channel, last)
 
 
 def _topic_lines(
@@ -121,6 +172,8 @@ def _topic_lines(
     yield _gauge(prefix, f"{base}.depth", int(topic.get("depth", 0)))
     yield _gauge(prefix, f"{base}.backend_depth", int(topic.get("backend_depth", 0)))
     yield from _percentile_lines(prefix, base, topic)
+    yield from _optional_lines(prefix, base, topic, last)
+    yield from _replication_lines(prefix, base, topic, last)
     for channel in _channels(topic):
         channel_name = channel["channel_name"]
         if exclude_ephemeral and channel_name.endswith(_EPHEMERAL_SUFFIX):

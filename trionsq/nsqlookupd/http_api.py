@@ -65,10 +65,22 @@ def create_app(lookupd: NSQLookupd) -> QuartTrio:
     db = lookupd.db
     opts = lookupd.options
 
+    lookupd.requests.install(app)
+
     @app.route("/ping", methods=["GET"])
     @access_logged(log)
     async def ping() -> Response:
         return plain_text("OK")
+
+    @app.route("/metrics", methods=["GET"])
+    @access_logged(log)
+    async def metrics() -> Response:
+        """Beyond NSQ: registrations, connections and requests in Prometheus' text format."""
+        from trionsq.prometheus_text import CONTENT_TYPE
+
+        from .metrics import render_metrics  # only when asked for
+
+        return Response(render_metrics(lookupd), headers={"Content-Type": CONTENT_TYPE})
 
     @route("/info", ["GET"])
     async def info() -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import trio
@@ -52,12 +53,19 @@ class ClientV1:
         return self.remote
 
 
+_COMMANDS = frozenset(("PING", "IDENTIFY", "REGISTER", "UNREGISTER"))
+
+
 class LookupProtocolV1:
     """The V1 commands of one nsqlookupd."""
 
     def __init__(self, lookupd: NSQLookupd) -> None:
         self.lookupd = lookupd
         self.db = lookupd.db
+        #: For ``/metrics``: commands executed, by name (any unknown one as ``invalid``), and
+        #: the V1 connections open now.
+        self.commands: Counter[str] = Counter()
+        self.connections = 0
 
     async def io_loop(
         self, client: ClientV1, stream: trio.abc.Stream, data: bytes = b""
@@ -75,6 +83,7 @@ class LookupProtocolV1:
 
         parser = LookupParser(check_line)
         parser.feed(data)
+        self.connections += 1
         try:
             while True:
                 out: list[bytes] = []
@@ -111,6 +120,7 @@ class LookupProtocolV1:
                 exit_error = go_net_error(stream, client.remote, "read", CLOSED_CONNECTION)
             raise
         finally:
+            self.connections -= 1
             log.info("PROTOCOL(V1): [%s] exiting ioloop", client)
             self.unregister_client(client)
         return exit_error
@@ -134,6 +144,7 @@ class LookupProtocolV1:
     def exec(self, client: ClientV1, command: LookupCommand) -> bytes:
         """Execute one command; its answer, or `ProtocolError`."""
         name = command.name
+        self.commands[name if name in _COMMANDS else "invalid"] += 1
         if name == "PING":
             return self.ping(client)
         if name == "IDENTIFY":

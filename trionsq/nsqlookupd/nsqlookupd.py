@@ -22,6 +22,7 @@ import trio
 from ..daemon import StartupError as StartupError  # re-exported: run() raises it
 from ..daemon import listen_failed, start_http
 from ..net.addresses import split_host_port
+from ..request_counts import RequestCounts
 from ..version import build_description
 from .http_api import serve_http
 from .lookup_protocol_v1 import LookupProtocolV1
@@ -50,6 +51,8 @@ class NSQLookupd:
         self.options = options
         self.db = RegistrationDB(clock)
         self.protocol = LookupProtocolV1(self)
+        #: HTTP requests answered, by route and status (``/metrics``).
+        self.requests = RequestCounts()
         #: The bound ``(host, port)`` of each listener, once `run` has started.
         self.tcp_address: tuple[str, int] | None = None
         self.http_address: tuple[str, int] | None = None
