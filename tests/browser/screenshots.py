@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster(nodes=2, nsqd_args=NSQD_ARGS)
     publishers: list[WavePublisher] = []
     try:
+        # Samples the charts' history every second from before the traffic starts, so that the
+        # topic and channel pages' "Last hour" charts show the whole warm-up.
+        admin = cluster.start_admin("--history-interval=1s")
         publishers = build_traffic(cluster)
         n1, n2 = cluster.nodes
         dead = f"127.0.0.1:{free_port()}"
@@ -146,7 +149,6 @@ def main(argv: list[str] | None = None) -> int:
             f"--nsqd-http-address={dead}",
             lookupd=False,
         )
-        admin = cluster.admin
         shots = {
             "topics": admin.page("/topics", args.refresh),
             "topic": admin.page("/topics/orders", args.refresh),

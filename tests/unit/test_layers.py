@@ -45,9 +45,13 @@ LAYERS: list[tuple[str, list[str]]] = [
             "trionsq.options",
             "trionsq.protocol",
             "trionsq.net",
+            "trionsq.prometheus_text",
         ],
     ),
-    ("L1 services", ["trionsq.diskqueue", "trionsq.http_common", "trionsq.daemon"]),
+    (
+        "L1 services",
+        ["trionsq.diskqueue", "trionsq.http_common", "trionsq.daemon", "trionsq.request_counts"],
+    ),
     ("L2 daemons and client", ["trionsq.client", "trionsq.nsqlookupd", "trionsq.nsqd"]),
     ("L3 replication", ["trionsq.nsqd.replication"]),
     (
@@ -61,7 +65,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "trionsq.testing",
         ],
     ),
-    ("L5 command line", ["trionsq.cli", "trionsq.__main__"]),
+    ("L5 command line", ["trionsq.cli", "trionsq.__main__", "trionsq.scripts"]),
 ]
 
 #: Layers whose components may import one another: the base is one toolbox, the programs

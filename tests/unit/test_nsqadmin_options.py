@@ -154,4 +154,5 @@ def test_flag_table_has_every_go_flag() -> None:
         "http-client-tls-insecure-skip-verify", "http-client-tls-root-ca-file",
         "http-client-tls-cert", "http-client-tls-key", "allow-config-from-cidr",
         "acl-http-header", "lookupd-http-address", "nsqd-http-address", "admin-user",
+        "history-interval",  # beyond NSQ
     }  # fmt: skip

@@ -241,6 +241,19 @@ class ClusterInfo:
     ) -> tuple[list[Json], dict[str, Json]]:
         """Go's GetNSQDStats: per-node topic stats and channels aggregated across nodes (see
         `aggregate.collect_stats`). No producers is not a failure here (Go answers 502)."""
+        answers = await self.nsqd_stats_answers(producers, report, topic, channel, include_clients)
+        return aggregate.collect_stats(answers, topic, channel, self._clock())
+
+    async def nsqd_stats_answers(
+        self,
+        producers: Sequence[Json],
+        report: Report,
+        topic: str = "",
+        channel: str = "",
+        include_clients: bool = True,
+    ) -> list[NodeStats]:
+        """Each producer's ``/stats`` answer (those that answered), with the producer; raises
+        `TotalFailure` when none did."""
         path = "/stats?format=json"
         if topic:
             path += f"&{_qs(topic=topic)}"
@@ -255,12 +268,11 @@ class ClusterInfo:
         if producers and len(failed) == len(producers):
             raise TotalFailure("nsqd", failed)
         report.add(failed)
-        answers: list[NodeStats] = [
+        return [
             (p, r if isinstance(r, dict) else {})
             for p, r in zip(producers, results, strict=True)
             if not isinstance(r, UpstreamError)
         ]
-        return aggregate.collect_stats(answers, topic, channel, self._clock())
 
     async def peek_channel(
         self, producers: Sequence[Json], topic: str, channel: str, n: str

@@ -46,6 +46,7 @@ from . import aggregate
 from .access import config_allowed, is_admin
 from .aggregate import Json
 from .cluster import Report, TotalFailure
+from .history import graphite_history
 from .index import (
     PLACEHOLDER_INDEX,
     base_prefix,
@@ -537,6 +538,16 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
 
     app.add_url_rule(bp("/api/graphite"), "graphite", graphite, methods=["GET"])
 
+    # -- chart history (beyond NSQ) -------------------------------------------------------
+
+    @api("/api/history/<topic>", ["GET"])
+    async def topic_history(report: Report, topic: str) -> Json:
+        return await _history(admin, topic)
+
+    @api("/api/history/<topic>/<channel>", ["GET"])
+    async def channel_history(report: Report, topic: str, channel: str) -> Json:
+        return await _history(admin, topic, channel)
+
     if admin.options.proxy_graphite:
 
         async def render() -> Response:
@@ -575,6 +586,20 @@ async def _inactive_topics(admin: NSQAdmin, names: list[str]) -> dict[str, list[
         for name in names:
             nursery.start_soon(check, name)
     return {name: channels for name, channels in result.items() if channels is not None}
+
+
+async def _history(admin: NSQAdmin, topic: str, channel: str = "") -> Json:
+    """The last hour of a topic's or channel's rate and depth for its charts: from graphite
+    with ``--graphite-url``, else what nsqadmin sampled itself (`history`)."""
+    if not admin.options.graphite_url:
+        return admin.history.series(topic, channel)
+    try:
+        return await graphite_history(
+            admin.options, admin.cluster.client.get_url_json, topic, channel
+        )
+    except (UpstreamError, LookupError, TypeError, ValueError, AttributeError) as exc:
+        log.error("graphite request failed - %s", exc)
+        raise HTTPError(502, "UPSTREAM_ERROR: graphite") from None
 
 
 async def _graphite_rate(admin: NSQAdmin) -> Json:

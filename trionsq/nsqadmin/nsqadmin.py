@@ -24,7 +24,8 @@ from ..daemon import StartupError, start_http
 from ..goerrors import key_pair_error, open_error
 from ..request_counts import RequestCounts
 from ..version import build_description
-from .cluster import ClusterInfo
+from .cluster import ClusterInfo, Report
+from .history import History
 from .http_api import serve_http
 from .index import DEFAULT_STATIC_DIR
 from .notify import Notifier
@@ -80,6 +81,8 @@ class NSQAdmin:
         self.notifier = Notifier()
         #: HTTP requests answered (the UI's API calls among them), by route and status.
         self.requests = RequestCounts()
+        #: The charts' last hour of each topic and channel (history.py).
+        self.history = History(options.history_interval)
         self._cluster: ClusterInfo | None = None
         #: The bound ``(host, port)`` of the HTTP listener, once `run` has started.
         self.http_address: tuple[str, int] | None = None
@@ -113,6 +116,8 @@ class NSQAdmin:
                 )
                 self._cluster = ClusterInfo(upstream, lambda: self.options)
                 await self._start_http(nursery)
+                if opts.history_interval > 0 and not opts.graphite_url:
+                    nursery.start_soon(self.history.run, self._cluster, Report, name="history")
                 shown = opts.http_address
                 if self.http_address is not None:
                     host, port = self.http_address

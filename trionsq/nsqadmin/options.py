@@ -70,6 +70,8 @@ class NSQAdminOptions:
     nsqlookupd_http_addresses: list[str] = field(default_factory=list)
     nsqd_http_addresses: list[str] = field(default_factory=list)
     admin_users: list[str] = field(default_factory=list)
+    # beyond NSQ: how often the charts' history samples the cluster (history.py); 0: never
+    history_interval: float = 10.0
 
     #: fields given explicitly on the command line / taken from the config file
     explicit_fields: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
@@ -230,6 +232,14 @@ _FLAG_SPECS: tuple[FlagSpec, ...] = (
         "to perform privileged actions; acl-http-header is used to determine the authenticated "
         "user)",
         {"field": "admin_users", "cfg": "admin_users"},
+    ),
+    (
+        "history-interval",
+        DURATION,
+        "(beyond NSQ) how often to sample each topic's and channel's rate and depth, so that "
+        "charts open on the last hour (0 to not sample; with --graphite-url the charts read "
+        "graphite)",
+        {},
     ),
 )
 

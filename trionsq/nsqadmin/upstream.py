@@ -5,6 +5,7 @@ plain words (and in a Go-like sentence for the ``message`` text)."""
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import json
 import logging
@@ -22,11 +23,17 @@ from trionsq.options import format_duration
 
 log = logging.getLogger("trionsq.nsqadmin")
 
-__all__ = ["UpstreamClient", "UpstreamError", "build_ssl_context", "gather"]
+__all__ = ["UpstreamClient", "UpstreamError", "build_ssl_context", "gather", "quiet_upstream"]
 
 T = TypeVar("T")
 
 _ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
+
+#: True in a task whose requests should not log Go's ``CI: querying`` line each time (the
+#: chart history's sampling, `history.History.run`: not a user's request).
+quiet_upstream: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "quiet_upstream", default=False
+)
 _BODY_PREVIEW = 200
 
 
@@ -178,7 +185,7 @@ class UpstreamClient:
 
     async def _exchange(self, method: str, address: str, path: str, url: str, ci: str) -> bytes:
         url = url or f"http://{address}{path}"
-        if ci:
+        if ci and not quiet_upstream.get():
             log.info("CI: querying %s %s", ci, url)  # Go's ClusterInfo, before each request
         verb = method.capitalize()
         with trio.move_on_after(self.request_timeout) as scope:

@@ -27,6 +27,7 @@ import {
   statCells,
   statHeaders,
   topicPath,
+  lastHour,
 } from "./common.js";
 
 let topic = "";
@@ -64,6 +65,7 @@ export function mount(root, params, ctx) {
       throw err;
     }
     const now = performance.now();
+    const history = await lastHour(topic, channel);
     const down = unansweredMap(data.errors);
     const nodes = data.nodes || [];
     const clients = [...(data.clients || [])].sort(
@@ -152,6 +154,7 @@ export function mount(root, params, ctx) {
     render(
       body,
       deadLetters ? h("p.dead-letter-summary", deadLetters) : null,
+      ...history,
       h("h2", "Per nsqd"),
       nodes.length || down.size ? nodeTable : empty("No nsqd has this channel.", "no-producers"),
       h("h2", `Clients (${commafy(clients.length)})`),

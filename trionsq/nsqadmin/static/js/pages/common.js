@@ -2,6 +2,7 @@
 
 import { api } from "../api.js";
 import { h } from "../dom.js";
+import { historyChart } from "../chart.js";
 import { runAction } from "../actions.js";
 import { config, enc, pagePath } from "../config.js";
 import { commafy, nanos, quantileLabel } from "../format.js";
@@ -230,3 +231,16 @@ export const tombstoneAction = (d, ctx) =>
     failed: `Could not tombstone topic ${d.topic} on ${d.node}`,
     after: () => ctx.refresh(),
   });
+
+// The "Last hour" section of a topic or channel page: its history from /api/history
+// (nsqadmin's own samples, or graphite's), or a line saying why there is none.
+export async function lastHour(topic, channel = "") {
+  const path = channel ? `/history/${enc(topic)}/${enc(channel)}` : `/history/${enc(topic)}`;
+  let history;
+  try {
+    history = await api.get(path);
+  } catch (err) {
+    return [h("h2", "Last hour"), h("p.muted", { testid: "history-unavailable" }, `No history: ${err.message}`)];
+  }
+  return [h("h2", "Last hour"), historyChart(history.points || [], { source: history.source })];
+}

@@ -26,6 +26,7 @@ import {
   statHeaders,
   tombstoneAction,
   tombstoneButton,
+  lastHour,
 } from "./common.js";
 
 let topic = "";
@@ -56,6 +57,7 @@ export function mount(root, params, ctx) {
       throw err;
     }
     const now = performance.now();
+    const history = await lastHour(topic);
     const down = unansweredMap(data.errors);
     const nodes = data.nodes || [];
     const channels = [...(data.channels || [])].sort((a, b) => a.channel_name.localeCompare(b.channel_name));
@@ -134,6 +136,7 @@ export function mount(root, params, ctx) {
 
     render(
       body,
+      ...history,
       h("h2", "Per nsqd"),
       nodes.length || down.size
         ? nodeTable
