@@ -659,3 +659,45 @@ async def test_graphite_rate_and_proxy(cluster: Cluster, nursery: trio.Nursery) 
         proxied = await client.get("/render?target=x&format=json")
         assert proxied.json() == [{"target": "x", "datapoints": [[7, 1]]}]
         assert seen[-1] == "GET /render?target=x&format=json HTTP/1.1"
+
+
+async def test_history_from_sampling_and_from_graphite(
+    cluster: Cluster, nursery: trio.Nursery
+) -> None:
+    topic = unique_name("history")
+    await make_topic(cluster, topic, "c", [3, 2])
+    sampling = (f"--lookupd-http-address={cluster.lookupd_http}", "--history-interval=0.05s")
+    async with running_admin(*sampling) as (_, client):
+        for address in cluster.nsqd_http:
+            await post(address, f"/pub?topic={topic}", b"more")
+
+        async def sampled() -> Any:
+            answer = (await client.get(f"/api/history/{topic}/c")).json()
+            return answer if answer["points"] else None
+
+        answer = await eventually(sampled)
+        assert answer["source"] == "nsqadmin" and answer["interval"] == 0.05
+        assert answer["points"][-1][2] == 7  # the channel's depth over both nsqds
+        empty = (await client.get("/api/history/no_such_topic")).json()
+        assert empty["points"] == [] and empty["message"] == ""
+
+    seen: list[str] = []
+    answers = [
+        b'[{"target": "c", "datapoints": [[300, 100], [600, 160]]},'
+        b' {"target": "d", "datapoints": [[4, 100], [9, 160]]}]',
+        b"not json",
+    ]
+    port = await _graphite_server(nursery, answers, seen)
+    args = (
+        f"--lookupd-http-address={cluster.lookupd_http}",
+        f"--graphite-url=http://127.0.0.1:{port}",
+        "--statsd-interval=60s",
+    )
+    async with running_admin(*args) as (admin, client):
+        answer = (await client.get(f"/api/history/{topic}")).json()
+        assert answer["source"] == "graphite"
+        assert answer["points"] == [[100.0, 5.0, 4.0], [160.0, 10.0, 9.0]]
+        assert f"topic.{topic}.message_count.count" in seen[0].replace("%2A", "*")
+        failed = await client.get(f"/api/history/{topic}")
+        assert failed.status_code == 502 and failed.json()["message"] == "UPSTREAM_ERROR: graphite"
+        assert len(admin.history) == 0  # with graphite nothing is sampled
