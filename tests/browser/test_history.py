@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .cluster import Cluster, Publisher
+from .test_pages import tid
 
 
 def _history_points(admin_url: str, path: str) -> int:
@@ -56,3 +57,20 @@ def test_without_history_the_chart_says_it_is_collecting(cluster: Cluster, page:
     chart = page.get_by_test_id("history-chart")
     expect(chart).to_have_attribute("data-points", "0")
     expect(page.locator("figure.history figcaption")).to_contain_text("collecting")
+
+
+def test_the_topics_rows_open_on_their_history(cluster: Cluster, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    n1, _ = cluster.nodes
+    topic = "history_rows"
+    admin = cluster.start_admin("--history-interval=0.2s")
+    with Publisher([n1], topic, per_second=50):
+        deadline = time.monotonic() + 15
+        while _history_points(admin.url, topic) < 8:
+            assert time.monotonic() < deadline, "nsqadmin sampled no history"
+            time.sleep(0.1)
+    page.goto(admin.page("/topics", refresh_ms=60_000))
+    row_chart = page.locator(tid("topic-row", topic=topic)).get_by_test_id("rate-chart")
+    expect(row_chart).to_be_visible()
+    assert int(row_chart.get_attribute("data-points") or 0) >= 7  # before a second poll

@@ -540,6 +540,13 @@ def create_app(admin: NSQAdmin) -> QuartTrio:
 
     # -- chart history (beyond NSQ) -------------------------------------------------------
 
+    @api("/api/history", ["GET"])
+    async def topics_history(report: Report) -> Json:
+        # Sampled history only: with graphite the rows start from the page's polls.
+        if admin.options.graphite_url:
+            return {"interval": 0, "source": "graphite", "topics": {}}
+        return admin.history.topic_rates(ROW_CHART_POINTS)
+
     @api("/api/history/<topic>", ["GET"])
     async def topic_history(report: Report, topic: str) -> Json:
         return await _history(admin, topic)
@@ -586,6 +593,10 @@ async def _inactive_topics(admin: NSQAdmin, names: list[str]) -> dict[str, list[
         for name in names:
             nursery.start_soon(check, name)
     return {name: channels for name, channels in result.items() if channels is not None}
+
+
+#: The points of a row's rate chart (the UI's ``config.chartPoints``).
+ROW_CHART_POINTS = 60
 
 
 async def _history(admin: NSQAdmin, topic: str, channel: str = "") -> Json:

@@ -38,6 +38,18 @@ export class RateTracker {
     return this.series.get(key) || { lastCount: null, lastTime: null, points: [] };
   }
 
+  // Start a series that has no points yet on `rates` (from nsqadmin's history), so that its
+  // chart opens on the past; the page's own polls append to it.
+  seed(key, rates) {
+    if (!Array.isArray(rates) || !rates.length) return;
+    let s = this.series.get(key);
+    if (!s) {
+      s = { lastCount: null, lastTime: null, points: [] };
+      this.series.set(key, s);
+    }
+    if (!s.points.length) s.points = rates.slice(-this.maxPoints).map(Number);
+  }
+
   current(key) {
     const p = this.get(key).points;
     return p.length ? p[p.length - 1] : null;

@@ -24,11 +24,18 @@ export function mount(root, _params, ctx) {
   if (lookupd) head.append(inactiveSwitch(ctx));
   root.append(head, body, inactiveBody);
 
+  let seeded = false;
   ctx.poll(async () => {
-    const [data, inactive] = await Promise.all([
+    const [data, inactive, history] = await Promise.all([
       api.get("/topics?stats=true"),
       lookupd && showInactive ? api.get("/topics?inactive=true") : null,
+      // The rows' charts open on nsqadmin's history (once; polls extend them).
+      seeded ? null : api.get("/history").catch(() => null),
     ]);
+    if (history && history.topics) {
+      for (const [name, past] of Object.entries(history.topics)) rates.seed(`topic:${name}`, past);
+    }
+    seeded = true;
     render(inactiveBody, inactive ? inactiveTopics(inactive) : null);
     const now = performance.now();
     const topics = [...(data.topics || [])].sort();
