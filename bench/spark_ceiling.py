@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spark_pipeline import _durations
+from spark_pipeline import _durations, local_session
 
 _TABLES: dict[tuple[int, int], Any] = {}
 
@@ -143,32 +143,15 @@ def main() -> int:
         "--nsq", action="store_true", help="also the staged nsq source, alternating"
     )
     args = parser.parse_args()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.environ["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")
 
     import trio
-    from pyspark.sql import SparkSession
 
     from trionsq.client import Producer
     from trionsq.spark import register
-    from trionsq.spark.pipeline import LOCAL_FILESYSTEM_CONF
     from trionsq.testing import DaemonProcess, pythonpath_env
 
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]))
-    builder = (
-        SparkSession.builder.master(args.master)
-        .appName("trionsq-spark-ceiling")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-    )
-    for key, value in LOCAL_FILESYSTEM_CONF.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session(args.master, "trionsq-spark-ceiling", {})
     spark.dataSource.register(_source_class())
     register(spark)
     work = tempfile.mkdtemp(prefix="trionsq-spark-ceiling-")

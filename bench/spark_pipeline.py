@@ -25,6 +25,35 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def local_session(
+    master: str, app: str, conf: dict[str, str], local_filesystem: bool = True
+) -> Any:
+    """A Spark session for a benchmark: Python workers that import trionsq from this checkout,
+    no UI, the driver on 127.0.0.1, 2 shuffle partitions, `trionsq spark archive`'s local
+    file-system settings unless `local_filesystem` is false, then `conf`."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")
+    from pyspark.sql import SparkSession
+
+    from trionsq.spark.pipeline import LOCAL_FILESYSTEM_CONF
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    for key, value in {**(LOCAL_FILESYSTEM_CONF if local_filesystem else {}), **conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -48,38 +77,18 @@ def main() -> int:
     )
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    # Spark's Python workers import trionsq from this checkout.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.environ["PYTHONPATH"] = root + os.pathsep + os.environ.get("PYTHONPATH", "")
-
     import trio
-    from pyspark.sql import SparkSession
 
     from trionsq.client import Producer
     from trionsq.spark.pipeline import archive, read_archive, replay
     from trionsq.testing import DaemonProcess, pythonpath_env
 
     print("command:", " ".join([os.path.basename(sys.executable), *sys.argv]))
-    builder = (
-        SparkSession.builder.master(args.master)
-        .appName("trionsq-spark-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.maxConcurrentOutputFileWriters", "4")
+    conf = {"spark.sql.maxConcurrentOutputFileWriters": "4"}
+    conf.update(pair.partition("=")[::2] for pair in args.conf)
+    spark = local_session(
+        args.master, "trionsq-spark-bench", conf, local_filesystem=not args.hadoop_defaults
     )
-    from trionsq.spark.pipeline import LOCAL_FILESYSTEM_CONF
-
-    for key, value in ({} if args.hadoop_defaults else LOCAL_FILESYSTEM_CONF).items():
-        builder = builder.config(key, value)
-    for pair in args.conf:
-        key, _, value = pair.partition("=")
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
     work = tempfile.mkdtemp(prefix="trionsq-spark-bench-")
     try:
         with DaemonProcess("nsqd", ["--mem-queue-size=1000000"], env=pythonpath_env()) as nsqd:
