@@ -1,18 +1,20 @@
 """One V2 connection to nsqd: magic, IDENTIFY, the optional TLS / snappy / deflate upgrade and
 AUTH, then a reader task (frames decoded per `receive_some` batch, heartbeats answered with
 NOP, responses matched in order to outstanding commands) and a writer task that sends every
-buffered command in one `send_all`."""
+buffered command in one `send_all`. It runs under asyncio or Trio (anyio), its streams from
+`streams.py`."""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+import anyio.abc
 import trio
 
 from ..goerrors import address_problem, dial_error, errno_text
@@ -34,7 +36,9 @@ from .errors import (
     ProtocolError,
     TLSError,
 )
+from .library import ANYIO, Event, Library, running
 from .options import ConnectionOptions
+from .streams import STREAM_ERRORS, AnyioStream, PrefixedStream, open_stream, start_tls
 
 __all__ = ["Connection", "Reply", "open_stream", "parse_address"]
 
@@ -46,12 +50,14 @@ _NOP = commands.nop()
 #: Non-fatal errors answering FIN/REQ/TOUCH: they match no outstanding command.
 _UNMATCHED_ERRORS = (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED")
 
+#: What ends a running connection without being a bug: the connection or nsqd failed.
+_CONNECTION_ENDED: tuple[type[BaseException], ...] = (
+    *STREAM_ERRORS,
+    ClientError,
+    FrameDecodeError,
+)
+
 MessagesCallback = Callable[["Connection", list[bytes]], None]
-
-
-async def open_stream(host: str, port: int) -> trio.abc.Stream:
-    """How connections are opened: TCP (tests replace it with in-memory streams)."""
-    return await trio.open_tcp_stream(host, port)
 
 
 def parse_address(address: str | tuple[str, int]) -> tuple[str, int]:
@@ -71,8 +77,8 @@ class Reply:
 
     __slots__ = ("error", "event", "value")
 
-    def __init__(self) -> None:
-        self.event = trio.Event()
+    def __init__(self, new_event: Callable[[], Event] = anyio.Event) -> None:
+        self.event = new_event()
         self.value: bytes | None = None
         self.error: BaseException | None = None
 
@@ -90,30 +96,6 @@ class Reply:
             raise self.error
         assert self.value is not None
         return self.value
-
-
-class _PrefixedStream(trio.abc.Stream):
-    """A stream that first returns bytes already read from the stream beneath."""
-
-    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
-        self.transport_stream = stream
-        self._prefix = prefix
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.transport_stream.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.transport_stream.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._prefix:
-            await trio.lowlevel.checkpoint()
-            data, self._prefix = self._prefix, b""
-            return data
-        return bytes(await self.transport_stream.receive_some(max_bytes))
-
-    async def aclose(self) -> None:
-        await self.transport_stream.aclose()
 
 
 async def _read_frame(stream: trio.abc.Stream, buf: bytes) -> tuple[int, bytes, bytes]:
@@ -154,7 +136,7 @@ class Connection:
         self.auth_response: dict[str, Any] | None = None
         self.max_rdy_count = 2500
         self.closed = False
-        self.closed_event = trio.Event()
+        self.closed_event = anyio.Event()
         self.close_reason: BaseException | None = None
         #: Consumer bookkeeping: RDY last sent, messages not yet FIN'd/REQ'd, last delivery.
         self.rdy = 0
@@ -166,11 +148,17 @@ class Connection:
         self.rdy_time = 0.0
         self._stream: trio.abc.Stream | None = None
         self._out: list[bytes] = []
-        self._out_lot = trio.lowlevel.ParkingLot()
+        #: The primitives of the library running the connection (known once `run` starts).
+        self._library: Library = ANYIO
+        self._out_lot = ANYIO.new_parking_lot()
         self._replies: deque[Reply] = deque()
         self._leftover = b""
         self._sending = False
-        self._cancel: trio.CancelScope | None = None
+        #: The socket stream `send(now=True)` writes to directly (plain TCP only).
+        self._direct: AnyioStream | None = None
+        #: Reads so far (what the heartbeat watchdog watches).
+        self._receives = 0
+        self._cancel: anyio.CancelScope | None = None
         #: The handshake step under way (what a failure names).
         self._step = "dial"
 
@@ -207,23 +195,22 @@ class Connection:
                 context = opts.ssl_context_for_client()
             except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
                 raise TLSError(f"{self.address}: TLS files cannot be used - {err}") from err
-            ssl_stream = trio.SSLStream(
-                stream, context, server_hostname=opts.tls_server_hostname or self.host
-            )
             try:
-                await ssl_stream.do_handshake()
-            except trio.BrokenResourceError as err:
+                stream = await start_tls(stream, context, opts.tls_server_hostname or self.host)
+            except (anyio.BrokenResourceError, anyio.EndOfStream) as err:
                 reason = err.__cause__ or "connection lost"
                 raise TLSError(f"{self.address}: TLS handshake failed - {reason}") from err
-            stream = ssl_stream
+            self._stream = stream
             left = await self._expect_ok(stream, left)
         self._step = "compression upgrade"
         if info.get("snappy"):
-            stream = SnappyStream(_PrefixedStream(stream, left) if left else stream)
+            below = PrefixedStream(stream, left) if left else stream
+            stream = SnappyStream(below, self._library.checkpoint)
             left = await self._expect_ok(stream, b"")
         elif info.get("deflate"):
             level = int(info.get("deflate_level") or opts.deflate_level)
-            stream = DeflateStream(_PrefixedStream(stream, left) if left else stream, level)
+            below = PrefixedStream(stream, left) if left else stream
+            stream = DeflateStream(below, level, self._library.checkpoint)
             left = await self._expect_ok(stream, b"")
         self._stream = stream
         if info.get("auth_required"):
@@ -267,7 +254,7 @@ class Connection:
     def _handshake_error(self, exc: BaseException) -> ClientError | None:
         """The `ClientError` a failed handshake raises for `exc` (None: `exc` is one already,
         or is not a connection failure, such as a cancellation)."""
-        if isinstance(exc, trio.TooSlowError):
+        if isinstance(exc, TimeoutError) and exc.errno is None:  # fail_after's
             if self._step == "dial":
                 return NotConnectedError(dial_error(self.host, self.port, None))
             timeout = self.options.connect_timeout
@@ -276,7 +263,7 @@ class Connection:
             )
         if isinstance(exc, EOFError):
             return NotConnectedError(f"{self.address}: connection closed during {self._step}")
-        if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError)):
+        if isinstance(exc, STREAM_ERRORS):
             if self._step == "dial":
                 return NotConnectedError(dial_error(self.host, self.port, exc))
             if self._step == "TLS":
@@ -289,11 +276,13 @@ class Connection:
     # -- running --------------------------------------------------------------------------
 
     async def run(
-        self, *, task_status: trio.TaskStatus[Connection] = trio.TASK_STATUS_IGNORED
+        self, *, task_status: anyio.abc.TaskStatus[Connection] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Connect, handshake, report started, then serve until the connection ends."""
+        self._library = running()
+        self._out_lot = self._library.new_parking_lot()
         try:
-            with trio.fail_after(self.options.connect_timeout):
+            with anyio.fail_after(self.options.connect_timeout):
                 await self._handshake()
         except BaseException as exc:
             await self._abort(exc)
@@ -304,20 +293,22 @@ class Connection:
         task_status.started(self)
         reason: BaseException | None = None
         try:
-            with trio.CancelScope() as self._cancel:
+            with anyio.CancelScope() as self._cancel:
                 if self.closed:
                     self._cancel.cancel()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer, nursery.cancel_scope)
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._writer)
+                    interval = self.options.heartbeat_interval
+                    if interval > 0:
+                        tasks.start_soon(self._watchdog, 2 * interval)
+                    self._direct = self._stream if isinstance(self._stream, AnyioStream) else None
                     await self._reader()
-                    nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ClientError) as exc:
-            reason = exc
-        except FrameDecodeError as exc:
+                    tasks.cancel_scope.cancel()
+        except _CONNECTION_ENDED as exc:
             reason = exc
         except BaseExceptionGroup as group:
             reason = group
-            if group.subgroup(trio.Cancelled) is not None:
+            if group.subgroup(anyio.get_cancelled_exc_class()) is not None:
                 await self._abort(group)
                 raise
         finally:
@@ -328,15 +319,16 @@ class Connection:
             self.close_reason = reason
         self.closed = True
         error = ConnectionClosedError(f"connection to {self.address} closed")
-        if reason is not None and not isinstance(reason, trio.Cancelled):
+        if reason is not None and not isinstance(reason, anyio.get_cancelled_exc_class()):
             error.__cause__ = reason
         while self._replies:
             self._replies.popleft().fail(error)
         stream, self._stream = self._stream, None
         if stream is not None:
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope() as scope:  # closed at once, as aclose_forcefully
+                scope.cancel()
                 try:
-                    await trio.aclose_forcefully(stream)
+                    await stream.aclose()
                 except Exception:  # pragma: no cover - closing a broken stream
                     pass
         self.closed_event.set()
@@ -347,8 +339,6 @@ class Connection:
         decoder = FrameDecoder()
         replies = self._replies
         on_messages = self.on_messages
-        interval = self.options.heartbeat_interval
-        read_timeout = 2 * interval if interval > 0 else math.inf
         decoder.feed(self._leftover)
         self._leftover = b""
         while True:
@@ -369,21 +359,32 @@ class Connection:
                 else:
                     raise FrameDecodeError(f"unknown frame type {frame_type}")
             if messages and on_messages is not None:
-                self.last_message_time = trio.current_time()
+                self.last_message_time = anyio.current_time()
                 on_messages(self, messages)
-            # nsqd sends a heartbeat every heartbeat_interval when it has nothing else to
-            # send: two missed mean the connection is dead (a partition, a frozen nsqd).
-            with trio.move_on_after(read_timeout) as deadline:
-                data = await stream.receive_some(_RECEIVE_SIZE)
-            if deadline.cancelled_caught:
+            data = await stream.receive_some(_RECEIVE_SIZE)
+            if not data:
+                return
+            self._receives += 1
+            decoder.feed(bytes(data))
+
+    async def _watchdog(self, read_timeout: float) -> None:
+        """nsqd sends a heartbeat every heartbeat_interval when it has nothing else to send:
+        nothing received for two intervals means the connection is dead (a partition, a
+        frozen nsqd). Looked at a twentieth of that apart, so that a read costs no timer."""
+        seen = self._receives
+        quiet_since = anyio.current_time()
+        while True:
+            await anyio.sleep(read_timeout / 20)
+            now = anyio.current_time()
+            if self._receives != seen:
+                seen, quiet_since = self._receives, now
+            elif now - quiet_since >= read_timeout:
                 self.close_reason = ConnectionClosedError(
                     f"{self.address}: nothing received for {read_timeout:g} s (missed heartbeats)"
                 )
                 log.error("%s", self.close_reason)
+                self.close()
                 return
-            if not data:
-                return
-            decoder.feed(bytes(data))
 
     def _on_error(self, payload: bytes) -> None:
         error = NSQError.from_frame(payload)
@@ -400,7 +401,7 @@ class Connection:
             self.close_reason = error
             self.close()
 
-    async def _writer(self, cancel_scope: trio.CancelScope) -> None:
+    async def _writer(self) -> None:
         stream = self._stream
         assert stream is not None
         lot = self._out_lot
@@ -415,22 +416,30 @@ class Connection:
 
     # -- commands -------------------------------------------------------------------------
 
-    def send(self, data: bytes) -> None:
-        """Queue a command (written by the writer task, batched with others)."""
+    def send(self, data: bytes, *, now: bool = False) -> None:
+        """Queue a command (written by the writer task, batched with others). With `now`,
+        when nothing is queued or being written, it is written at once instead: a lone
+        command's round trip then waits for no task switch."""
         if self.closed:
             raise ConnectionClosedError(f"connection to {self.address} is closed")
+        if now and self._direct is not None and not self._out and not self._sending:
+            written = self._direct.write_now(data)
+            if written == len(data):
+                return
+            data = data[written:]  # the rest, through the writer (nothing is ahead of it)
         self._out.append(data)
         if len(self._out) == 1:
             self._out_lot.unpark_all()
 
-    def send_expecting(self, data: bytes, reply: Reply) -> None:
-        """Queue a command nsqd answers; `reply` gets its response or error."""
-        self.send(data)
+    def send_expecting(self, data: bytes, reply: Reply, *, now: bool = False) -> None:
+        """Queue a command nsqd answers; `reply` gets its response or error. `now`: as
+        `send`'s."""
+        self.send(data, now=now)
         self._replies.append(reply)
 
     async def request(self, data: bytes) -> bytes:
         """Send a command nsqd answers and wait for its response (NSQError on an error)."""
-        reply = Reply()
+        reply = Reply(self._library.new_event)
         self.send_expecting(data, reply)
         return await reply.wait()
 
@@ -442,9 +451,9 @@ class Connection:
 
     async def flush(self, timeout: float = 1.0) -> None:
         """Wait (at most `timeout`) until every buffered command has been written."""
-        with trio.move_on_after(timeout):
+        with anyio.move_on_after(timeout):
             while (self._out or self._sending) and not self.closed:
-                await trio.sleep(0.001)
+                await anyio.sleep(0.001)
 
     async def aclose(self) -> None:
         """Write what is buffered (briefly), then close."""

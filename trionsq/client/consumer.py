@@ -1,7 +1,8 @@
 """`Consumer`: subscribes one topic/channel on every nsqd given or discovered via lookupd, with
 go-nsq's conventions (docs/protocol.md §12): max_in_flight shared across connections (rotated when
 it is smaller than the number of connections), exponential backoff on handler failures,
-requeue delays growing with attempts, max_attempts with a give-up hook, graceful close."""
+requeue delays growing with attempts, max_attempts with a give-up hook, graceful close. It runs
+under asyncio or Trio (anyio)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
+import anyio
+import anyio.abc
 import httpx
-import trio
 
 from ..protocol import commands
 from ..protocol.names import is_valid_channel_name, is_valid_topic_name
 from .connection import Connection, parse_address
 from .errors import ClientError, ConnectionClosedError
+from .library import ANYIO, running
 from .lookup import query_lookupds
 from .message import Message
 from .options import ConnectionOptions
@@ -116,20 +119,26 @@ class Consumer:
         self.in_backoff_timeout = False
         self._connecting: set[str] = set()
         self._queue: deque[Message] = deque()
-        self._lot = trio.lowlevel.ParkingLot()
-        self._nursery: trio.Nursery | None = None
-        self._nursery_cm: Any = None
-        self._background_scope = trio.CancelScope()
+        self._library = ANYIO
+        self._lot = ANYIO.new_parking_lot()
+        #: The task group the background tasks run in; `_tasks` holds it and the caller of
+        #: ``async with``'s exceptions.
+        self._nursery: anyio.abc.TaskGroup | None = None
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._background_scope: anyio.CancelScope | None = None
         self._closing = False
-        self._closed = trio.Event()
+        self._closed = anyio.Event()
         self._handling = 0
-        self._idle = trio.Event()
+        self._idle = anyio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Consumer:
-        self._nursery_cm = trio.open_nursery()
-        outer = await self._nursery_cm.__aenter__()
+        self._library = running()
+        self._lot = self._library.new_parking_lot()
+        outer = self._tasks = anyio.create_task_group()
+        self._background_scope = anyio.CancelScope()
+        await outer.__aenter__()
         try:
             nursery = self._nursery = await outer.start(self._background)
             for address in self.nsqd_tcp_addresses:
@@ -139,7 +148,7 @@ class Consumer:
         except BaseException as exc:
             self._closing = True
             self._background_scope.cancel()
-            await self._nursery_cm.__aexit__(None, None, None)
+            await outer.__aexit__(None, None, None)
             raise exc from exc.__cause__
         if self.lookupd_http_addresses:
             nursery.start_soon(self._lookupd_loop)
@@ -149,12 +158,13 @@ class Consumer:
                 nursery.start_soon(self._worker)
         return self
 
-    async def _background(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
-        """The nursery every background task runs in; `close` cancels it."""
+    async def _background(self, *, task_status: anyio.abc.TaskStatus[anyio.abc.TaskGroup]) -> None:
+        """The task group every background task runs in; `close` cancels it."""
+        assert self._background_scope is not None
         with self._background_scope:
-            async with trio.open_nursery() as nursery:
-                task_status.started(nursery)
-                await trio.sleep_forever()
+            async with anyio.create_task_group() as tasks:
+                task_status.started(tasks)
+                await anyio.sleep_forever()
 
     async def __aexit__(
         self,
@@ -162,13 +172,18 @@ class Consumer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        assert self._tasks is not None and self._background_scope is not None
         try:
             if exc is None:
                 await self.close()
         finally:
             self._closing = True
             self._background_scope.cancel()
-        result: bool | None = await self._nursery_cm.__aexit__(exc_type, exc, tb)
+        if isinstance(exc, Exception):
+            # The caller's own error leaves as itself, not in the task group's ExceptionGroup.
+            await self._tasks.__aexit__(None, None, None)
+            return None
+        result: bool | None = await self._tasks.__aexit__(exc_type, exc, tb)
         return result
 
     async def close(self) -> None:
@@ -182,22 +197,23 @@ class Consumer:
         conns = list(self.connections.values())
         for conn in conns:
             self._set_rdy(conn, 0, force=True)
-        with trio.move_on_after(min(self.close_timeout, 5.0)):
-            async with trio.open_nursery() as nursery:
+        with anyio.move_on_after(min(self.close_timeout, 5.0)):
+            async with anyio.create_task_group() as tasks:
                 for conn in conns:
-                    nursery.start_soon(self._cls, conn)
+                    tasks.start_soon(self._cls, conn)
         while self._queue:
             self._queue.popleft().requeue(0, backoff=False)
         self._lot.unpark_all()
-        with trio.move_on_after(self.close_timeout):
+        with anyio.move_on_after(self.close_timeout):
             while self._handling or any(c.in_flight for c in conns if not c.closed):
-                self._idle = trio.Event()
-                with trio.move_on_after(0.05):
+                self._idle = anyio.Event()
+                with anyio.move_on_after(0.05):
                     await self._idle.wait()
         for conn in conns:
             await conn.aclose()
         self._closed.set()
-        self._background_scope.cancel()
+        if self._background_scope is not None:
+            self._background_scope.cancel()
 
     @staticmethod
     async def _cls(conn: Connection) -> None:
@@ -224,13 +240,13 @@ class Consumer:
         address: str,
         direct: bool,
         *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Connect, SUB and serve `address` until the connection ends; a `direct` one (from
         nsqd_tcp_addresses) is then retried until `close`. Started with `nursery.start`, the
         first attempt's failure is raised to the starter (``async with``)."""
         attempt = 0
-        first: trio.TaskStatus[None] | None = task_status
+        first: anyio.abc.TaskStatus[None] | None = task_status
         try:
             while not self._closing:
                 conn = Connection(address, self.options, on_messages=self._on_messages)
@@ -239,27 +255,27 @@ class Consumer:
                     first = None
                     attempt = 0
                 except ClientError as exc:
-                    if first is not None and first is not trio.TASK_STATUS_IGNORED:
+                    if first is not None and first is not anyio.TASK_STATUS_IGNORED:
                         raise
                     first = None
                     log.warning("%s: %s", address, exc)
                 if not direct or self._closing:
                     return
                 attempt += 1
-                await trio.sleep(min(self.reconnect_interval, 0.1 * 2**attempt))
+                await anyio.sleep(min(self.reconnect_interval, 0.1 * 2**attempt))
         finally:
             self._connecting.discard(address)
 
     async def _serve_connection(
-        self, address: str, conn: Connection, task_status: trio.TaskStatus[None] | None
+        self, address: str, conn: Connection, task_status: anyio.abc.TaskStatus[None] | None
     ) -> None:
         """Connect and SUB (raising the `ClientError` if either fails), report started to
         `task_status`, then serve until the connection ends."""
         failure: ClientError | None = None
         try:
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as tasks:
                 try:
-                    await nursery.start(conn.run)
+                    await tasks.start(conn.run)
                     await conn.request(commands.sub(self.topic, self.channel))
                 except ClientError as exc:
                     conn.close()
@@ -296,8 +312,8 @@ class Consumer:
                     self._start_connection(address, direct=False)
                 if first:
                     first = False
-                    await trio.sleep(random.random() * self.lookupd_poll_jitter * interval)
-                await trio.sleep(interval)
+                    await anyio.sleep(random.random() * self.lookupd_poll_jitter * interval)
+                await anyio.sleep(interval)
 
     async def query_lookupd(self) -> set[str]:
         """Poll the lookupds now; returns the producers found (and connects to new ones)."""
@@ -320,7 +336,7 @@ class Consumer:
             return
         conn.rdy = count
         if count:
-            conn.rdy_time = trio.current_time()
+            conn.rdy_time = anyio.current_time()
         try:
             conn.send(commands.rdy(count))
         except ConnectionClosedError:
@@ -363,7 +379,7 @@ class Consumer:
         conns = list(self.connections.values())
         if self._closing or self.backoff_counter > 0 or len(conns) <= self.max_in_flight:
             return
-        now = trio.current_time()
+        now = anyio.current_time()
         starved = [c for c in conns if c.rdy == 0]
         freed = []
         for conn in conns:
@@ -380,7 +396,7 @@ class Consumer:
 
     async def _redistribute_loop(self) -> None:
         while True:
-            await trio.sleep(self.rdy_redistribute_interval)
+            await anyio.sleep(self.rdy_redistribute_interval)
             self.redistribute()
 
     # -- backoff --------------------------------------------------------------------------
@@ -426,7 +442,7 @@ class Consumer:
             self._nursery.start_soon(self._end_backoff_timeout, duration)
 
     async def _end_backoff_timeout(self, duration: float) -> None:
-        await trio.sleep(duration)
+        await anyio.sleep(duration)
         self.in_backoff_timeout = False
         conns = [c for c in self.connections.values() if not c.closed]
         if conns and not self._closing:
@@ -505,5 +521,5 @@ class Consumer:
             if self.max_attempts and message.attempts > self.max_attempts:
                 await self._give_up(message)
                 continue
-            await trio.lowlevel.checkpoint_if_cancelled()
+            await self._library.checkpoint_if_cancelled()
             return message

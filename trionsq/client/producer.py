@@ -2,24 +2,29 @@
 
 Commands are pipelined (at most `max_pipeline` outstanding, responses matched in order) and
 concurrent `pub` calls on one topic made while earlier commands are outstanding are coalesced
-into a single MPUB; every caller still gets its own outcome (the MPUB's)."""
+into a single MPUB; every caller still gets its own outcome (the MPUB's). It runs under asyncio
+or Trio (anyio)."""
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-import trio
+import anyio
+import anyio.abc
 
 from ..protocol import commands
 from ..protocol.names import is_valid_topic_name
 from .connection import Connection, Reply, parse_address
 from .errors import ClientError, ConnectionClosedError, NotConnectedError, NSQError
+from .library import ANYIO, Event, running
 from .options import ConnectionOptions
+from .streams import STREAM_ERRORS
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "check_publish"]
 
 log = logging.getLogger("trionsq.client")
 
@@ -29,8 +34,10 @@ class _Batch(Reply):
 
     __slots__ = ("bodies", "data", "open", "size", "topic")
 
-    def __init__(self, topic: str, data: bytes | None = None) -> None:
-        super().__init__()
+    def __init__(
+        self, topic: str, data: bytes | None = None, new_event: Callable[[], Event] = anyio.Event
+    ) -> None:
+        super().__init__(new_event)
         self.topic = topic
         self.bodies: list[bytes] = []
         self.size = 0
@@ -45,7 +52,8 @@ class _Batch(Reply):
         return commands.mpub(self.topic, self.bodies)
 
 
-def _check(topic: str, bodies: list[bytes]) -> None:
+def check_publish(topic: str, bodies: Sequence[bytes]) -> None:
+    """What nsqd would refuse in a publish, refused here with its codes."""
     if not is_valid_topic_name(topic):
         raise NSQError("E_BAD_TOPIC", f'topic name "{topic}" is not valid')
     if not bodies:
@@ -93,23 +101,27 @@ class Producer:
         self.connection: Connection | None = None
         self._queue: deque[_Batch] = deque()
         self._open: dict[str, _Batch] = {}
-        self._lot = trio.lowlevel.ParkingLot()
-        self._nursery: trio.Nursery | None = None
-        self._nursery_cm: Any = None
+        self._library = ANYIO
+        self._lot = ANYIO.new_parking_lot()
+        self._tasks: anyio.abc.TaskGroup | None = None
         self._closing = False
+        #: Callers waiting for their command's outcome.
+        self._waiting = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Producer:
-        self._nursery_cm = trio.open_nursery()
-        self._nursery = await self._nursery_cm.__aenter__()
+        self._library = running()
+        self._lot = self._library.new_parking_lot()
+        tasks = self._tasks = anyio.create_task_group()
+        await tasks.__aenter__()
         try:
             await self._connect()
         except BaseException as exc:
-            self._nursery.cancel_scope.cancel()
-            await self._nursery_cm.__aexit__(None, None, None)
+            tasks.cancel_scope.cancel()
+            await tasks.__aexit__(None, None, None)
             raise exc from exc.__cause__
-        self._nursery.start_soon(self._sender)
+        tasks.start_soon(self._sender)
         return self
 
     async def __aexit__(
@@ -118,20 +130,24 @@ class Producer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        assert self._nursery is not None
+        assert self._tasks is not None
         try:
             if exc is None:
                 await self.close()
         finally:
             self._closing = True
-            self._nursery.cancel_scope.cancel()
-        result: bool | None = await self._nursery_cm.__aexit__(exc_type, exc, tb)
+            self._tasks.cancel_scope.cancel()
+        if isinstance(exc, Exception):
+            # The caller's own error leaves as itself, not in the task group's ExceptionGroup.
+            await self._tasks.__aexit__(None, None, None)
+            return None
+        result: bool | None = await self._tasks.__aexit__(exc_type, exc, tb)
         return result
 
     async def close(self) -> None:
         """Stop accepting publishes, wait (bounded) for the outstanding ones, disconnect."""
         self._closing = True
-        with trio.move_on_after(self.close_timeout):
+        with anyio.move_on_after(self.close_timeout):
             while self._queue or (self.connection and self.connection.outstanding):
                 reply: Reply | None = self._queue[-1] if self._queue else None
                 if reply is None and self.connection is not None:
@@ -146,9 +162,9 @@ class Producer:
         self._queue.clear()
 
     async def _connect(self) -> Connection:
-        assert self._nursery is not None
+        assert self._tasks is not None
         conn = Connection(self.address, self.options)
-        await self._nursery.start(conn.run)
+        await self._tasks.start(conn.run)
         self.connection = conn
         return conn
 
@@ -157,12 +173,16 @@ class Producer:
     async def pub(self, topic: str, body: bytes) -> None:
         """Publish one message (possibly coalesced with concurrent ones into an MPUB)."""
         if not body or self._closing:
-            _check(topic, [body])
+            check_publish(topic, [body])
             self._not_closing()
+        if self._idle():
+            check_publish(topic, [body])
+            await self._send_now(_Batch(topic, commands.pub(topic, body), self._library.new_event))
+            return
         batch = self._open.get(topic)
         if batch is None or not batch.open:
-            _check(topic, [body])
-            batch = _Batch(topic)
+            check_publish(topic, [body])
+            batch = _Batch(topic, None, self._library.new_event)
             self._queue.append(batch)
             self._open[topic] = batch
             self._lot.unpark_all()
@@ -170,28 +190,73 @@ class Producer:
         batch.size += len(body) + 4
         if len(batch.bodies) >= self.max_batch_count or batch.size >= self.max_batch_bytes:
             batch.open = False
-        await batch.wait()
+        await self._wait(batch)
 
     async def mpub(self, topic: str, bodies: list[bytes]) -> None:
         """Publish several messages in one MPUB (atomically: all or none)."""
         bodies = list(bodies)
-        _check(topic, bodies)
-        await self._submit(_Batch(topic, commands.mpub(topic, bodies)))
+        check_publish(topic, bodies)
+        batch = _Batch(topic, commands.mpub(topic, bodies), self._library.new_event)
+        self._not_closing()
+        conn = self.connection
+        if (
+            not self._queue
+            and conn is not None
+            and not conn.closed
+            and conn.outstanding < self.max_pipeline
+        ):
+            # Nothing to coalesce an MPUB with: straight to the connection while the
+            # pipeline has room (the order holds: nothing is queued before it).
+            conn.send_expecting(batch.encode(), batch, now=True)
+            await self._wait(batch)
+            return
+        await self._submit(batch, now=False)
 
     async def dpub(self, topic: str, delay_ms: int, body: bytes) -> None:
         """Publish one message delivered after `delay_ms` milliseconds."""
-        _check(topic, [body])
-        await self._submit(_Batch(topic, commands.dpub(topic, int(delay_ms), body)))
+        check_publish(topic, [body])
+        command = commands.dpub(topic, int(delay_ms), body)
+        await self._submit(_Batch(topic, command, self._library.new_event), now=True)
 
     def _not_closing(self) -> None:
         if self._closing:
             raise ConnectionClosedError("producer is closed")
 
-    async def _submit(self, batch: _Batch) -> None:
+    def _idle(self) -> bool:
+        """Nothing is queued or outstanding, and no other caller waits for an outcome: a
+        command can go straight to the connection. (Callers still waiting, even if their
+        command was answered, are about to publish again: theirs and this one are better
+        coalesced by the sender.)"""
+        conn = self.connection
+        return (
+            not self._waiting
+            and not self._queue
+            and conn is not None
+            and not conn.closed
+            and not conn.outstanding
+        )
+
+    async def _wait(self, batch: _Batch) -> None:
+        self._waiting += 1
+        try:
+            await batch.wait()
+        finally:
+            self._waiting -= 1
+
+    async def _send_now(self, batch: _Batch) -> None:
+        """Write `batch` from the caller's task (no hop through the sender) and wait for it."""
+        assert self.connection is not None and batch.data is not None
+        self.connection.send_expecting(batch.data, batch, now=True)
+        await self._wait(batch)
+
+    async def _submit(self, batch: _Batch, *, now: bool) -> None:
         self._not_closing()
+        if now and self._idle():
+            await self._send_now(batch)
+            return
         self._queue.append(batch)
         self._lot.unpark_all()
-        await batch.wait()
+        await self._wait(batch)
 
     async def _sender(self) -> None:
         queue = self._queue
@@ -206,7 +271,7 @@ class Producer:
                 except ClientError as exc:
                     self._fail_queued(exc)
                     continue
-                except (OSError, trio.BrokenResourceError) as exc:  # pragma: no cover
+                except STREAM_ERRORS as exc:  # pragma: no cover
                     # Connection.run raises ClientErrors; this keeps the promise if not.
                     error = NotConnectedError(f"cannot connect to {self.address}: {exc}")
                     error.__cause__ = exc
@@ -227,7 +292,7 @@ class Producer:
                         del self._open[batch.topic]
                 conn.send_expecting(batch.encode(), batch)
             # Let the writer run and callers add to new batches before looking again.
-            await trio.lowlevel.checkpoint()
+            await self._library.checkpoint()
 
     def _fail_queued(self, error: BaseException) -> None:
         while self._queue:

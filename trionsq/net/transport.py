@@ -7,7 +7,9 @@ connection's stats (`tls_stats`; nsqd's TLS context is built in nsqd/tls_config.
 batches a whole flush of the output buffer into one `send_all`, so compression costs one call
 per flush, nothing per message. `receive_some` decompresses incrementally, whatever the
 chunking, and returns b"" only at the end of the stream; input that cannot be decoded raises
-`TransportError` (a `trio.BrokenResourceError`), which ends that connection only.
+`TransportError` (a `trio.BrokenResourceError`), which ends that connection only. They run
+under any async library that gives them its `checkpoint` (the client passes anyio's, so they
+stack on asyncio streams too); Trio's is the default.
 
 Wire formats, as Go nsqd's (golang/snappy, compress/flate):
 
@@ -25,13 +27,10 @@ from __future__ import annotations
 
 import ssl
 import zlib
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 import snappy  # type: ignore[import-untyped]
 import trio
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "RECEIVE_SIZE",
@@ -150,8 +149,13 @@ class SnappyDecoder:
 class SnappyStream(trio.abc.Stream):
     """A stream whose both directions are in the snappy framing format."""
 
-    def __init__(self, transport_stream: trio.abc.Stream) -> None:
+    def __init__(
+        self,
+        transport_stream: trio.abc.Stream,
+        checkpoint: Callable[[], Awaitable[None]] = trio.lowlevel.checkpoint,
+    ) -> None:
         self.transport_stream = transport_stream
+        self._checkpoint = checkpoint
         self._compressor = snappy.StreamCompressor()
         self._decoder = SnappyDecoder()
         self._pending = b""
@@ -179,7 +183,7 @@ class SnappyStream(trio.abc.Stream):
                         self._pending = decoded
                         break
             else:
-                await trio.lowlevel.checkpoint()
+                await self._checkpoint()
             out = self._pending
             if max_bytes is not None and len(out) > max_bytes:
                 self._pending = out[max_bytes:]
@@ -197,8 +201,14 @@ class SnappyStream(trio.abc.Stream):
 class DeflateStream(trio.abc.Stream):
     """A stream whose both directions are raw DEFLATE, each write sync-flushed."""
 
-    def __init__(self, transport_stream: trio.abc.Stream, level: int) -> None:
+    def __init__(
+        self,
+        transport_stream: trio.abc.Stream,
+        level: int,
+        checkpoint: Callable[[], Awaitable[None]] = trio.lowlevel.checkpoint,
+    ) -> None:
         self.transport_stream = transport_stream
+        self._checkpoint = checkpoint
         self.level = level
         self._compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
         self._decompressor = zlib.decompressobj(-15)
@@ -234,7 +244,7 @@ class DeflateStream(trio.abc.Stream):
             tail = decompressor.unconsumed_tail
             full, self._full = self._full, False
             if tail or full:
-                await trio.lowlevel.checkpoint()
+                await self._checkpoint()
             while True:
                 # The peer's DEFLATE stream ended (its final block). Checked even with input
                 # left: zlib may keep bytes after the final block in unconsumed_tail, and

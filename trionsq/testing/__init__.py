@@ -1,4 +1,6 @@
-"""Start trionsq daemons as subprocesses on kernel-chosen ports, for tests and benchmarks.
+"""trionsq's test support: daemons as subprocesses on kernel-chosen ports, for tests and
+benchmarks (this module), and the pytest plugin built on them (`trionsq.testing.pytest`:
+``nsqd``, ``nsqlookupd`` and ``nsq_cluster`` fixtures for other projects; docs/testing.md).
 
 The daemon logs ``TCP: listening on HOST:PORT`` (and ``HTTP: ...``, ``HTTPS: ...``) on stderr,
 as Go nsqd and nsqlookupd do; `DaemonProcess` reads those lines to learn its addresses. Every
@@ -176,7 +178,8 @@ def _last_flag_value(argv: Sequence[str], name: str) -> str | None:
 def pythonpath_env() -> dict[str, str]:
     """The environment with this checkout importable (for subprocesses)."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # this file is trionsq/testing/__init__.py: the checkout is three levels up
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
