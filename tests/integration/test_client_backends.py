@@ -6,6 +6,7 @@ discovery and reconnects."""
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -32,10 +33,24 @@ BACKENDS = ["asyncio", "trio"]
 
 @pytest.fixture(params=BACKENDS)
 def run(request: pytest.FixtureRequest) -> Callable[[Callable[[], Awaitable[None]]], None]:
-    """Runs a scenario under the async library the test is parametrized with."""
+    """Runs a scenario under the async library the test is parametrized with, in a thread of
+    its own: the browser tests' Playwright (sync API) leaves an asyncio loop marked running
+    in the main thread for the session, where asyncio.run refuses to start another."""
 
     def run_on(scenario: Callable[[], Awaitable[None]]) -> None:
-        anyio.run(scenario, backend=request.param)
+        outcome: list[BaseException] = []
+
+        def in_thread() -> None:
+            try:
+                anyio.run(scenario, backend=request.param)
+            except BaseException as exc:  # raised again in the test's thread
+                outcome.append(exc)
+
+        thread = threading.Thread(target=in_thread, name=f"scenario-{request.param}")
+        thread.start()
+        thread.join()
+        if outcome:
+            raise outcome[0]
 
     return run_on
 
