@@ -475,11 +475,15 @@ class _Handshake:
 #: Serialises the re-making of a SyncProducer's lock in a child process (itself re-made in
 #: each child: a thread of the parent may have held it at the fork).
 _fork_guard = threading.Lock()
+#: Forks this process descends from (counted in each child): a SyncProducer that saw fewer
+#: was made before a fork. Read per call instead of ``os.getpid()``, a system call.
+_forks = 0
 
 
 def _after_fork_in_child() -> None:
-    global _fork_guard
+    global _fork_guard, _forks
     _fork_guard = threading.Lock()
+    _forks += 1
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -530,7 +534,7 @@ class SyncProducer:
         #: nsqd closes a connection it heard nothing on for twice the heartbeat interval.
         self._default_timeout = 2 * interval if interval > 0 else None
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._forks = _forks
         self._closed = False
         self._conn: _Conn | None = None
         self._conn = self._connect()
@@ -573,7 +577,7 @@ class SyncProducer:
     def _call(self, command: bytes, timeout: float | None) -> None:
         if self._closed:
             raise ConnectionClosedError(_CLOSED)
-        if self._pid != os.getpid():
+        if self._forks != _forks:
             self._after_fork()
         if timeout is None:
             timeout = self._default_timeout
@@ -674,12 +678,11 @@ class SyncProducer:
         descriptor: no shutdown, no TLS close_notify) and its lock (another thread may have
         held it at the fork)."""
         with _fork_guard:
-            pid = os.getpid()
-            if self._pid == pid:
+            if self._forks == _forks:
                 return
             self._lock = threading.Lock()
             self._drop()
-            self._pid = pid
+            self._forks = _forks
 
     # -- closing --------------------------------------------------------------------------
 
@@ -689,7 +692,7 @@ class SyncProducer:
         ``ConnectionClosedError("SyncProducer is closed")``; one still unanswered after
         `timeout` raises `ConnectionClosedError` too (its outcome unknown)."""
         self._closed = True
-        if self._pid != os.getpid():
+        if self._forks != _forks:
             self._after_fork()
         lock = self._lock
         if lock.acquire(timeout=max(timeout, 0.0)):
