@@ -28,22 +28,26 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trionsq.apps.bench.common import cpu_seconds  # noqa: E402
-from trionsq.apps.bench.compare import Background, Daemon, Server  # noqa: E402
-from trionsq.protocol import MAGIC_V2, identify  # noqa: E402
+from trionsq.apps.bench.common import (  # noqa: E402
+    BenchError,
+    connect,
+    cpu_seconds,
+    expect_ok,
+    read_frame,
+)
+from trionsq.apps.bench.compare import Background, Daemon, Server, servers_from  # noqa: E402
+from trionsq.protocol import FRAME_TYPE_MESSAGE, identify  # noqa: E402
 
 TOPIC = b"round_trip"
 BODY = b"x" * 100
@@ -63,76 +67,42 @@ SYSCALLS = (
     "sched_yield",
     "getpid",
 )
-_OK = b"\0\0\0\0OK"  # a response frame's type and body
-_MESSAGE = b"\0\0\0\2"
-
-
-class Client:
-    """One blocking connection that reads frames."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(address, timeout=30)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.sendall(MAGIC_V2)
-        self.buf = bytearray()
-
-    def frame(self) -> bytes:
-        """The next frame: type and body."""
-        buf = self.buf
-        while True:
-            if len(buf) >= 4:
-                (size,) = struct.unpack_from(">I", buf)
-                if len(buf) >= 4 + size:
-                    frame = bytes(buf[4 : 4 + size])
-                    del buf[: 4 + size]
-                    return frame
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("nsqd closed the connection")
-            buf += data
-
-    def expect_ok(self, what: str) -> None:
-        frame = self.frame()
-        if frame != _OK:
-            raise RuntimeError(f"{what}: expected OK, got {frame[:100]!r}")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def pub_workload(address: tuple[str, int]) -> tuple[Callable[[], None], Callable[[], None]]:
     """(one PUB and its OK, close)."""
-    publisher = Client(address)
-    send = publisher.sock.sendall
+    publisher = connect(address)
+    pending = bytearray()
+    send = publisher.sendall
 
     def one() -> None:
         send(PUB)
-        publisher.expect_ok("PUB")
+        expect_ok(publisher, "PUB", pending)
 
     return one, publisher.close
 
 
 def cycle_workload(address: tuple[str, int]) -> tuple[Callable[[], None], Callable[[], None]]:
     """(one message published, delivered and FINned, close)."""
-    publisher = Client(address)
-    consumer = Client(address)
-    consumer.sock.sendall(identify({"output_buffer_size": -1, "client_id": "round_trip"}))
-    consumer.expect_ok("IDENTIFY")
-    consumer.sock.sendall(b"SUB " + TOPIC + b" c\n")
-    consumer.expect_ok("SUB")
-    consumer.sock.sendall(b"RDY 1\n")
-    send, finish = publisher.sock.sendall, consumer.sock.sendall
+    publisher, consumer = connect(address), connect(address)
+    published, received = bytearray(), bytearray()
+    consumer.sendall(identify({"output_buffer_size": -1, "client_id": "round_trip"}))
+    expect_ok(consumer, "IDENTIFY", received)
+    consumer.sendall(b"SUB " + TOPIC + b" c\n")
+    expect_ok(consumer, "SUB", received)
+    consumer.sendall(b"RDY 1\n")
+    send, finish = publisher.sendall, consumer.sendall
 
     def one() -> None:
         send(PUB)
-        publisher.expect_ok("PUB")
-        frame = consumer.frame()
-        while frame[:4] != _MESSAGE:
-            if frame != b"\0\0\0\0_heartbeat_":
-                raise RuntimeError(f"consumer: expected a message, got {frame[:100]!r}")
+        expect_ok(publisher, "PUB", published)
+        frame_type, data = read_frame(consumer, received)
+        while frame_type != FRAME_TYPE_MESSAGE:
+            if data != b"_heartbeat_":
+                raise BenchError(f"consumer: expected a message, got {data[:100]!r}")
             finish(b"NOP\n")
-            frame = consumer.frame()
-        finish(b"FIN " + frame[14:30] + b"\n")
+            frame_type, data = read_frame(consumer, received)
+        finish(b"FIN " + data[10:26] + b"\n")  # after the timestamp and the attempts
 
     def close() -> None:
         publisher.close()
@@ -153,7 +123,7 @@ def context_switches(pid: int) -> int:
         except OSError:
             continue  # a thread that ended
         for line in text.splitlines():
-            if line.endswith("ctxt_switches:") or "ctxt_switches:" in line:
+            if "ctxt_switches:" in line:  # voluntary_ and nonvoluntary_
                 total += int(line.split()[1])
     return total
 
@@ -232,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--go-nsqd", metavar="PATH", help="Go's nsqd (without it: trionsq alone)")
+    parser.add_argument(
+        "--trionsq-nsqd",
+        metavar="CMD",
+        help="trionsq's nsqd command line (default: this Python -m trionsq nsqd)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds per server (3)")
     parser.add_argument("--count", type=int, default=20000, help="messages per pass (20000)")
     parser.add_argument(
@@ -248,10 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds and --count must be 1 or more, --background 0 or more")
     if args.syscalls and shutil.which("perf") is None:
         parser.error("--syscalls needs perf (apt-get install linux-perf)")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    servers = [Server("trionsq", (sys.executable, "-m", "trionsq", "nsqd"), env)]
-    if args.go_nsqd:
-        servers.append(Server("go", (args.go_nsqd,)))
+    servers = servers_from(args)
     workloads = list(WORKLOADS) if args.workload == "both" else [args.workload]
     load_before = os.getloadavg()
     results: dict[str, dict[str, list[dict[str, float]]]] = {w: {} for w in workloads}
@@ -284,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _medians(rounds: list[dict[str, float]]) -> dict[str, float]:
-    keys = Counter(k for figures in rounds for k in figures)
+    keys = dict.fromkeys(k for figures in rounds for k in figures)
     return {k: statistics.median(f[k] for f in rounds if k in f) for k in keys}
 
 
