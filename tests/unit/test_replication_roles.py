@@ -260,7 +260,12 @@ def test_the_lease_and_quorum_are_roles(monkeypatch: pytest.MonkeyPatch) -> None
     stub = replica_stub(role=PRIMARY, members={2: member})
     assert TopicReplica.lease_valid(stub, 10.0)
     assert not TopicReplica.lease_valid(stub, 10.6)
-    assert TopicReplica.quorum.fget(replica_stub(doubled=True)) == 1
+    # The quorum counted against follows `doubled` (kept with it, not counted per read).
+    doubling = replica_stub()
+    TopicReplica.doubled.fset(doubling, True)
+    assert doubling.quorum == 1
+    TopicReplica.doubled.fset(doubling, False)
+    assert doubling.quorum == 2
     calls: list[tuple[Any, ...]] = []
     monkeypatch.setattr(roles, "lease_valid", lambda *args: calls.append(args) or False)
     assert not TopicReplica.lease_valid(stub, 10.0)

@@ -52,6 +52,8 @@ class ReplicaState:
     #: Publishes accepted here while another node leads, forwarded to it (made by
     #: `TopicReplica`: the forwarder needs the publishing concerns).
     forwarder: forward.Forwarder
+    #: The quorum this node counts against (`roles.counted_quorum`), set with `doubled`.
+    quorum: int
 
     def __init__(self, repl: Replication, topic: ReplicatedTopic) -> None:
         self.repl = repl
@@ -68,8 +70,6 @@ class ReplicaState:
         self.floor = repl.tombstones.floor(topic.name)
         saved = repl.saved_epochs.pop(topic.name, None)
         self.epoch = max(saved, 0) if saved is not None else self.floor
-        #: POST /topic/takeover: this node's vote counts twice until the other member of its
-        #: two-member set joins again (docs/replication.md section 8).
         self.doubled = False
         self.primary: int | None = None
         #: The primary a candidate stopped hearing from (`_poll` does not wait for it).
@@ -116,8 +116,17 @@ class ReplicaState:
             self.trace.record(self, "load", saved=saved is not None)
 
     @property
-    def quorum(self) -> int:
-        return roles.counted_quorum(self.repl.quorum, self.doubled)
+    def doubled(self) -> bool:
+        """POST /topic/takeover: this node's vote counts twice until the other member of its
+        two-member set joins again (docs/replication.md section 8)."""
+        return self._doubled
+
+    @doubled.setter
+    def doubled(self, value: bool) -> None:
+        self._doubled = value
+        # The quorum is read on every publish (`Stream.quorum_total`): kept with `doubled`
+        # rather than counted on each read.
+        self.quorum = roles.counted_quorum(self.repl.quorum, value)
 
     def not_primary(self) -> str:
         primary = self.repl.address_of(self.primary)

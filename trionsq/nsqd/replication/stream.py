@@ -125,9 +125,10 @@ class Stream(ReplicaState):
         # What this node has written itself (not what waits in the outbox for the write).
         total = self.accepted - self.outbox_count
         if need > 0:
-            acks = sorted((m.acked for m in self.members.values()), reverse=True)
+            acks = [member.acked for member in self.members.values()]
             if len(acks) >= need:
-                total = acks[need - 1]
+                # The need-th highest acknowledgement (the highest: a set of 2 or 3).
+                total = max(acks) if need == 1 else sorted(acks, reverse=True)[need - 1]
             elif self.repl.nsqd.options.replication_degraded != "accept" or self.role != PRIMARY:
                 return -1
         return min(total, self.synced) if self.sync_ack else total
