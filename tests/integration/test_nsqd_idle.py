@@ -208,6 +208,34 @@ async def test_a_publish_is_sent_to_subscribers_by_the_publishers_task(
         await conn.aclose()
 
 
+async def test_a_message_that_waited_for_a_fin_is_sent_by_the_consumers_task(
+    nursery: trio.Nursery, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # RDY 1: a message published while one is in flight waits in the channel; the FIN that
+    # frees the slot is read by the consumer's task, which sends it the next one itself.
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    consumer = await tcp_conn(nsqd)
+    await _client(nsqd)
+    (client,) = nsqd.clients.values()
+    await consumer.send(sub("t", "c"))
+    assert await consumer.response() == b"OK"
+    await consumer.send(rdy(1))
+    producer = await tcp_conn(nsqd)
+    for n in range(2):
+        await producer.send(pub("t", b"m%d" % n))
+        assert await producer.response() == b"OK"
+    for n in range(2):
+        message = await consumer.message()
+        assert message.body == b"m%d" % n
+        await consumer.send(fin(message.id))
+    await trio.sleep(0.1)
+    assert client.pump_scope is None  # no pump was woken for the second
+    assert _tasks_named("_run_pump") == []
+    assert nsqd.topics["t"].channels["c"].depth == 0
+    for conn in (consumer, producer):
+        await conn.aclose()
+
+
 async def test_what_a_subscribers_socket_cannot_take_goes_through_its_pump(
     nursery: trio.Nursery, tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

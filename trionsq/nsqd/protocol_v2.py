@@ -279,7 +279,8 @@ async def _command_loop(nsqd: NSQD, client: ClientV2, initial: bytes) -> str | N
                     parser = _new_parser(nsqd, client)
                 channel = client.channel
                 if channel is not None and client.wants_refill():
-                    channel.dispatch()
+                    # (a message published before these FINs were read waits here for them)
+                    _send_from_here(nsqd, channel.dispatch)
                 if client.out:
                     await client.flush()
                 if client.pump_later:
@@ -796,14 +797,24 @@ def _fin(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
 
 def _pump(nsqd: NSQD, client: ClientV2) -> None:
     """Move what `client`'s last batch published on to the channels, and send the
-    subscribers their messages from this task: a message pump woken for each would cost a
-    scheduler pass per subscriber, as much again as the publish (`ClientV2.send_now`)."""
+    subscribers their messages from this task (`_send_from_here`)."""
     topics, client.pump_later = client.pump_later, []
+
+    def pump() -> None:
+        for topic in topics:
+            topic.pump()
+
+    _send_from_here(nsqd, pump)
+
+
+def _send_from_here(nsqd: NSQD, deliver: Callable[[], object]) -> None:
+    """Run `deliver` (topic pumps, a channel's dispatch), and send the subscribers it gives
+    messages to from this task: a message pump woken for each would cost a scheduler pass
+    per subscriber, as much again as the publish (`ClientV2.send_now`)."""
     receivers: list[ClientV2] = []
     nsqd.sending_now = receivers
     try:
-        for topic in topics:
-            topic.pump()
+        deliver()
     finally:
         nsqd.sending_now = None
     for receiver in receivers:
