@@ -46,7 +46,13 @@ from trionsq.apps.bench.common import (  # noqa: E402
     expect_ok,
     read_frame,
 )
-from trionsq.apps.bench.compare import Background, Daemon, Server, servers_from  # noqa: E402
+from trionsq.apps.bench.compare import (  # noqa: E402
+    Background,
+    Daemon,
+    Server,
+    add_server_arguments,
+    servers_from,
+)
 from trionsq.protocol import FRAME_TYPE_MESSAGE, identify  # noqa: E402
 
 TOPIC = b"round_trip"
@@ -201,12 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--go-nsqd", metavar="PATH", help="Go's nsqd (without it: trionsq alone)")
-    parser.add_argument(
-        "--trionsq-nsqd",
-        metavar="CMD",
-        help="trionsq's nsqd command line (default: this Python -m trionsq nsqd)",
-    )
+    add_server_arguments(parser)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per server (3)")
     parser.add_argument("--count", type=int, default=20000, help="messages per pass (20000)")
     parser.add_argument(

@@ -745,14 +745,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--go-nsqd", metavar="PATH", help="Go's nsqd (without it: trionsq alone)")
+    add_server_arguments(p)
     p.add_argument("--go-bench-writer", metavar="PATH", help="publish with Go's bench_writer")
     p.add_argument("--go-bench-reader", metavar="PATH", help="deliver with Go's bench_reader")
-    p.add_argument(
-        "--trionsq-nsqd",
-        metavar="CMD",
-        help="trionsq's nsqd command line (default: this Python -m trionsq nsqd)",
-    )
     p.add_argument("--rounds", type=int, default=3, help="rounds per server (3)")
     p.add_argument("--runfor", type=_duration, default=10.0, help="throughput/latency run (10s)")
     p.add_argument(
@@ -804,6 +799,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if args.background < 0:
         build_parser().error("--background must be 0 or more")
     return args
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """--go-nsqd and --trionsq-nsqd, which `servers_from` reads."""
+    parser.add_argument("--go-nsqd", metavar="PATH", help="Go's nsqd (without it: trionsq alone)")
+    parser.add_argument(
+        "--trionsq-nsqd",
+        metavar="CMD",
+        help="trionsq's nsqd command line (default: this Python -m trionsq nsqd)",
+    )
 
 
 def servers_from(args: argparse.Namespace) -> list[Server]:
