@@ -23,7 +23,7 @@ from trionsq.nsqd.client_v2 import ClientV2
 from trionsq.nsqd.heartbeats import PumpStarter
 from trionsq.nsqd.nsqd import NSQD
 from trionsq.nsqd.options import NSQDOptions
-from trionsq.protocol import FrameDecoder, fin, identify, pub, rdy, sub
+from trionsq.protocol import FrameDecoder, dpub, fin, identify, pub, rdy, sub
 from trionsq.protocol.commands import MAGIC_V2
 
 HEARTBEAT_FRAME = (0, b"_heartbeat_")
@@ -156,13 +156,14 @@ async def test_the_first_delivery_starts_the_pump_which_takes_heartbeats_over(
     client = await _client(nsqd)
     await consumer.send(sub("t", "c"))
     assert await consumer.response() == b"OK"
-    assert client.pump_scope is None  # subscribed, nothing delivered yet
-    # Queued before RDY, the message is delivered by the consumer's RDY (not sent by a
+    await consumer.send(rdy(10))
+    await trio.testing.wait_all_tasks_blocked()
+    assert client.pump_scope is None  # subscribed and ready, nothing delivered yet
+    # Deferred, the message is delivered by the daemon's queue scan (not sent by a
     # publisher's task, test_a_publish_is_sent_to_subscribers_by_the_publishers_task).
     producer = await Conn.open(nsqd)
-    await producer.send(pub("t", b"hello"))
+    await producer.send(dpub("t", 1000, b"hello"))
     assert await producer.response() == b"OK"
-    await consumer.send(rdy(10))
     message = await consumer.message()
     assert message.body == b"hello"
     assert client.pump_scope is not None
@@ -232,6 +233,33 @@ async def test_a_message_that_waited_for_a_fin_is_sent_by_the_consumers_task(
     assert client.pump_scope is None  # no pump was woken for the second
     assert _tasks_named("_run_pump") == []
     assert nsqd.topics["t"].channels["c"].depth == 0
+    for conn in (consumer, producer):
+        await conn.aclose()
+
+
+async def test_messages_that_waited_for_rdy_are_sent_by_the_consumers_task(
+    nursery: trio.Nursery, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # RDY 0 after SUB: what is published waits in the channel until the consumer's RDY,
+    # whose handler sends it the backlog itself, as a publish's delivery is sent.
+    nsqd = await start_nsqd(nursery, str(tmp_path))
+    consumer = await tcp_conn(nsqd)
+    client = await _client(nsqd)
+    await consumer.send(sub("t", "c"))
+    assert await consumer.response() == b"OK"
+    producer = await tcp_conn(nsqd)
+    for n in range(3):
+        await producer.send(pub("t", b"m%d" % n))
+        assert await producer.response() == b"OK"
+    assert nsqd.topics["t"].channels["c"].depth == 3
+    await consumer.send(rdy(2))
+    for n in range(2):
+        message = await consumer.message()
+        assert message.body == b"m%d" % n
+    await trio.sleep(0.1)
+    assert client.pump_scope is None  # no pump was woken for them
+    assert _tasks_named("_run_pump") == []
+    assert nsqd.topics["t"].channels["c"].depth == 1
     for conn in (consumer, producer):
         await conn.aclose()
 

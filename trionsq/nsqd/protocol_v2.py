@@ -751,7 +751,7 @@ def _rdy(nsqd: NSQD, client: ClientV2, cmd: Command) -> None:
         raise ProtocolError(E.E_INVALID, f"RDY count {count} out of range 0-{max_rdy}")
     client.rdy = count
     if client.channel is not None:
-        client.channel.dispatch()
+        _send_from_here(nsqd, client.channel.dispatch)
 
 
 def _message_id(cmd: Command, name: str, min_params: int) -> bytes:
