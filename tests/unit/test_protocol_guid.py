@@ -4,11 +4,14 @@ ts = unix ns >> 20, as 16 lowercase hex ASCII bytes."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import socket
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trionsq.protocol import GUIDFactory, default_node_id
 from trionsq.protocol.guid import GUIDError, guid_to_hex
@@ -121,3 +124,53 @@ def test_next_id_never_blocks_when_the_clock_goes_backwards(monkeypatch) -> None
     now[0] -= 5 * 10**9  # the clock steps back 5 s
     ids = [factory.next_id() for _ in range(10_000)]  # more than one tick's 4096
     assert ids == sorted(ids) and len(set(ids)) == len(ids) and ids[0] > first
+
+
+def test_ids_made_faster_than_the_clock_ticks_stay_unique(monkeypatch) -> None:
+    # 4,096 IDs a tick: beyond them, within one tick, the sequence runs on into the next
+    # tick's; it must go on from the last ID made (a refused `new_guid` has already moved
+    # the sequence on), or IDs repeat and FINs meet "ID not in flight".
+    from trionsq.protocol import guid as guid_module
+
+    monkeypatch.setattr(guid_module.time, "time_ns", lambda: 1_795_000_000_000_000_000)
+    factory = guid_module.GUIDFactory(7)
+    ids = [factory.next_id() for _ in range(10_000)]
+    ids += [i for _ in range(100) for i in factory.next_ids(200)]
+    assert ids == sorted(set(ids))
+    assert {int(i, 16) >> 12 & 0x3FF for i in ids} == {7}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["next_id", "next_ids", "new_guid"]),
+            st.integers(min_value=1, max_value=5000),
+            st.sampled_from([0, 0, 0, 1 << 19, 1 << 20, 3 << 20, -(1 << 20), -(5 << 20)]),
+        ),
+        max_size=40,
+    )
+)
+def test_ids_strictly_increase_whatever_the_clock_does(ops: list[tuple[str, int, int]]) -> None:
+    """Property: however the clock moves (still, forward, back) and however many IDs are
+    asked for at once, every ID made is greater than every ID made before it."""
+    from trionsq.protocol import guid as guid_module
+
+    now = [1_795_000_000_000_000_000]
+    made: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(guid_module.time, "time_ns", lambda: now[0])
+        factory = guid_module.GUIDFactory(5)
+        for op, count, step in ops:
+            now[0] += step
+            if op == "next_id":
+                made.append(int(factory.next_id(), 16))
+            elif op == "next_ids":
+                made += [int(i, 16) for i in factory.next_ids(count)]
+            else:
+                try:
+                    made.append(factory.new_guid())
+                except GUIDError:
+                    pass  # refused: nothing made
+    assert all(a < b for a, b in itertools.pairwise(made))
+    assert all(i >> 12 & 0x3FF == 5 for i in made)

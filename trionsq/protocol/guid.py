@@ -76,10 +76,16 @@ class GUIDFactory:
             return b"%016x" % self._continue_last_tick()
 
     def _continue_last_tick(self) -> int:
-        self._sequence = (self._sequence + 1) & _SEQUENCE_MASK
-        if self._sequence == 0:
-            self._last_ts += 1
-        guid = ((self._last_ts - TWEPOCH) << 22) | self._node_bits | self._sequence
+        # From the last ID made, not from `_sequence`: a refused `new_guid` has moved that on
+        # (to 0 when the tick's sequence wrapped) without making an ID.
+        last = self._last_id
+        if last < 0:  # none made yet
+            last = ((time.time_ns() >> 20) - TWEPOCH) << 22 | self._node_bits
+        sequence = ((last & _SEQUENCE_MASK) + 1) & _SEQUENCE_MASK
+        tick = (last >> 22) + (sequence == 0)
+        self._last_ts = tick + TWEPOCH
+        self._sequence = sequence
+        guid = (tick << 22) | self._node_bits | sequence
         self._last_id = guid
         return guid
 
