@@ -1,7 +1,8 @@
 """Message IDs as NSQ generates them (docs/protocol.md §1.6).
 
 An ID is the lowercase hex of ``((ts - twepoch) << 22) | (node_id << 12) | sequence``
-with ``ts = unix_ns >> 20``; each topic has its own generator, strictly increasing.
+with ``ts = unix_ns >> 20``, strictly increasing. nsqd has one generator for all its topics
+(Go's has one per topic).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def default_node_id(hostname: str | None = None) -> int:
 
 
 class GUIDFactory:
-    """Per-topic ID generator."""
+    """An ID generator (see the module docstring)."""
 
     __slots__ = ("_hex", "_hex_ts", "_last_id", "_last_ts", "_node_bits", "_sequence")
 
