@@ -78,10 +78,9 @@ class GUIDFactory:
 
     def _continue_last_tick(self) -> int:
         # From the last ID made, not from `_sequence`: a refused `new_guid` has moved that on
-        # (to 0 when the tick's sequence wrapped) without making an ID.
+        # (to 0 when the tick's sequence wrapped) without making an ID. (`new_guid` refuses
+        # only once an ID has been made.)
         last = self._last_id
-        if last < 0:  # none made yet
-            last = ((time.time_ns() >> 20) - TWEPOCH) << 22 | self._node_bits
         sequence = ((last & _SEQUENCE_MASK) + 1) & _SEQUENCE_MASK
         tick = (last >> 22) + (sequence == 0)
         self._last_ts = tick + TWEPOCH
