@@ -5,12 +5,14 @@ publishes an archive back into a topic; the ``trionsq spark`` command line."""
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -90,6 +92,29 @@ def test_replay_publishes_the_archive_back(spark: Any, nsqd: DaemonProcess, tmp_
     assert sorted(consume(nsqd, "pipe_src", len(expected), timeout=10)) == expected
 
 
+def _wait_for_line(stream: IO[str], prefix: str, timeout: float) -> None:
+    """Read `stream` until a line starts with `prefix`; fail (rather than hang the suite) if
+    the stream ends first or no such line comes within `timeout` seconds."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no {prefix!r} line within {timeout:.0f} s") from None
+        if line is None:
+            raise AssertionError("the archive process ended early")
+        if line.startswith(prefix):
+            return
+
+
 def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
     spark: Any, nsqd: DaemonProcess, tmp_dir: str
 ) -> None:
@@ -123,11 +148,7 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
     )
     try:
         assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith("batch 2:"):
-                break
-        else:
-            raise AssertionError("the archive process ended early")
+        _wait_for_line(proc.stderr, "batch 2:", timeout=300)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: the driver and its JVM at once
         proc.wait()
