@@ -92,9 +92,10 @@ def test_replay_publishes_the_archive_back(spark: Any, nsqd: DaemonProcess, tmp_
     assert sorted(consume(nsqd, "pipe_src", len(expected), timeout=10)) == expected
 
 
-def _wait_for_line(stream: IO[str], prefix: str, timeout: float) -> None:
-    """Read `stream` until a line starts with `prefix`; fail (rather than hang the suite) if
-    the stream ends first or no such line comes within `timeout` seconds."""
+def _lines_through(stream: IO[str], prefix: str, timeout: float) -> list[str]:
+    """The lines of `stream` up to and including the first that starts with `prefix`; fails
+    (rather than hang the suite) if the stream ends first or no such line comes within
+    `timeout` seconds."""
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -104,15 +105,17 @@ def _wait_for_line(stream: IO[str], prefix: str, timeout: float) -> None:
 
     threading.Thread(target=read, daemon=True).start()
     deadline = time.monotonic() + timeout
+    seen: list[str] = []
     while True:
         try:
             line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            raise AssertionError(f"no {prefix!r} line within {timeout:.0f} s") from None
+            raise AssertionError(f"no {prefix!r} line within {timeout:.0f} s: {seen}") from None
         if line is None:
-            raise AssertionError("the archive process ended early")
+            raise AssertionError(f"the archive process ended early: {seen}")
+        seen.append(line)
         if line.startswith(prefix):
-            return
+            return seen
 
 
 def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
@@ -123,7 +126,9 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
     bodies = [f"cli {i}".encode() for i in range(600)]
     publish(nsqd, "pipe_cli", bodies)
     out = f"{tmp_dir}/archive"
-    options = {"maxMessagesPerBatch": "100", "msgTimeout": "1s", "availableNowIdleTimeout": "2s"}
+    # Small batches, so that the kill (after the line of batch 2) comes well before the end
+    # however fast batches run; the restart takes the rest in larger ones.
+    options = {"maxMessagesPerBatch": "20", "msgTimeout": "1s", "availableNowIdleTimeout": "2s"}
     cmd = [
         sys.executable,
         "-m",
@@ -148,12 +153,18 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
     )
     try:
         assert proc.stderr is not None
-        _wait_for_line(proc.stderr, "batch 2:", timeout=300)
+        lines = _lines_through(proc.stderr, "batch 2:", timeout=300)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: the driver and its JVM at once
         proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+    # One line per micro-batch, none skipped (however many ran between the CLI's polls).
+    assert [line.split(":")[0] for line in lines if line.startswith("batch ")] == [
+        "batch 0",
+        "batch 1",
+        "batch 2",
+    ], lines
     killed_with = read_archive(spark, out).count()
     assert killed_with < len(bodies)
     # The CLI's local file-system settings (pipeline.LOCAL_FILESYSTEM_CONF): no checksum
@@ -167,7 +178,7 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
         nsqd=[tcp(nsqd)],
         output=out,
         available_now=True,
-        options=options,
+        options={**options, "maxMessagesPerBatch": "200"},
     )
     assert query.awaitTermination(120) and query.exception() is None
     rows = read_archive(spark, out).collect()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-__all__ = ["main"]
+__all__ = ["batches_done_since", "main"]
 
 USAGE = """\
 usage: trionsq spark archive --topic T (--nsqd-tcp-address A | --lookupd-http-address A)...
@@ -124,6 +124,20 @@ def _session(args: argparse.Namespace, app: str, defaults: dict[str, str] | None
     return spark
 
 
+def batches_done_since(recent: Sequence[Any], last: int) -> list[tuple[int, int]]:
+    """(batch id, input rows) of each micro-batch in `recent` (a query's recentProgress, oldest
+    first) that ran after batch `last`, in order. Every batch once: several can run between two
+    polls (lastProgress alone skips them). An idle trigger's progress (no batch ran: no
+    ``addBatch`` time) repeats the id of the batch still to come, and is not one."""
+    done: list[tuple[int, int]] = []
+    for progress in recent:
+        batch_id = progress["batchId"]
+        if batch_id > last and "addBatch" in progress["durationMs"]:
+            done.append((batch_id, progress["numInputRows"]))
+            last = batch_id
+    return done
+
+
 def _say(message: str) -> None:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
@@ -199,10 +213,9 @@ def _archive(args: argparse.Namespace) -> int:
     try:
         while query.isActive and not stopping:
             query.awaitTermination(0.5)
-            progress = query.lastProgress
-            if progress and progress["batchId"] != last:
-                last = progress["batchId"]
-                _say(f"batch {last}: {progress['numInputRows']} messages")
+            for batch_id, rows in batches_done_since(query.recentProgress, last):
+                _say(f"batch {batch_id}: {rows} messages")
+                last = batch_id
             if deadline is not None and time.monotonic() > deadline:
                 break
     finally:
