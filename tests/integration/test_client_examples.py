@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from tests.child_lines import ChildLines
 from trionsq.testing import DaemonProcess, pythonpath_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,16 +114,18 @@ def test_asyncio_worker_stops_gracefully_on_sigterm(nsqd: DaemonProcess) -> None
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert worker.stdout is not None and worker.stderr is not None
+    said, err_lines = ChildLines(worker.stdout, "the worker"), ChildLines(worker.stderr)
     try:
-        assert worker.stdout is not None
-        assert worker.stdout.readline() == "ready\n"
+        assert said.next(timeout=60) == "ready\n"
         assert nsqd.http_address is not None
         url = "http://{}:{}/mpub?topic=jobs".format(*nsqd.http_address)
         urllib.request.urlopen(url, data=b"job 1\njob 2\njob 3", timeout=10).close()
         for _ in range(3):
-            assert worker.stdout.readline().startswith("working on job ")
+            assert (said.next(timeout=60) or "").startswith("working on job ")
         worker.send_signal(signal.SIGTERM)
-        out, err = worker.communicate(timeout=30)
+        worker.wait(timeout=30)
+        out, err = said.rest(timeout=10), err_lines.rest(timeout=10)
     finally:
         worker.kill()
         worker.wait()

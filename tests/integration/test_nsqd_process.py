@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.child_lines import ChildLines
 from trionsq.protocol import MAGIC_V2, FrameDecoder, fin, mpub, rdy, sub
 from trionsq.testing import DaemonProcess
 
@@ -172,8 +173,9 @@ def test_data_path_defaults_to_the_working_directory(tmp_path):
     try:
         assert proc.stderr is not None
         # After the start-up lines (version, ID), as Go nsqd logs them.
-        lines = [proc.stderr.readline() for _ in range(3)]
-        assert any("TCP: listening on 127.0.0.1:" in line for line in lines), lines
+        lines = ChildLines(proc.stderr, "nsqd").until(lambda line: "TCP: listening" in line, 60)
+        assert len(lines) <= 3, lines
+        assert "TCP: listening on 127.0.0.1:" in lines[-1], lines
         # The working directory is the locked data path: a second nsqd there refuses.
         second = subprocess.run(
             [sys.executable, "-m", "trionsq", "nsqd", *addresses],

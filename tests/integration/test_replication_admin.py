@@ -100,6 +100,28 @@ async def fail_over(cluster: Cluster, topic: str) -> NSQD:
     return node(cluster, cluster.primary(topic))
 
 
+_RETRY = ("NO_PRIMARY", "REPLICATION_TIMEOUT")
+
+
+async def pause_on_the_primary(cluster: Cluster, topic: str, channel: str) -> None:
+    """Pause the channel through the topic's primary; again while it answers 503 (an
+    election, or no quorum within the ack timeout: the one event loop stalled on a loaded
+    machine). Pausing twice is pausing once."""
+    with trio.fail_after(10):
+        while True:
+            leader = cluster.primary(topic)
+            if leader is not None:
+                status, body = answer(
+                    await post(
+                        node(cluster, leader), f"/channel/pause?topic={topic}&channel={channel}"
+                    )
+                )
+                if status == 200:
+                    return
+                assert status == 503 and body["message"] in _RETRY, (status, body)
+            await trio.sleep(0.05)
+
+
 async def test_a_paused_channel_stays_paused_after_a_failover(tmp_path: Path) -> None:
     async with trio.open_nursery() as nursery:
         cluster = http_cluster(nursery, tmp_path)
@@ -157,28 +179,6 @@ async def test_a_pause_reaches_a_new_primary_that_missed_it_through_the_promises
         await conn.no_frame_for(1.0)
         await conn.aclose()
         cluster.stop()
-
-
-_RETRY = ("NO_PRIMARY", "REPLICATION_TIMEOUT")
-
-
-async def pause_on_the_primary(cluster: Cluster, topic: str, channel: str) -> None:
-    """Pause the channel through the topic's primary; again while it answers 503 (an
-    election, or no quorum within the ack timeout: the one event loop stalled on a loaded
-    machine). Pausing twice is pausing once."""
-    with trio.fail_after(10):
-        while True:
-            leader = cluster.primary(topic)
-            if leader is not None:
-                status, body = answer(
-                    await post(
-                        node(cluster, leader), f"/channel/pause?topic={topic}&channel={channel}"
-                    )
-                )
-                if status == 200:
-                    return
-                assert status == 503 and body["message"] in _RETRY, (status, body)
-            await trio.sleep(0.05)
 
 
 async def test_a_paused_topic_stays_paused_after_a_failover(tmp_path: Path) -> None:

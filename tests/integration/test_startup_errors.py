@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from tests.child_lines import ChildLines
 from trionsq.testing import pythonpath_env
 
 
@@ -308,17 +309,6 @@ def test_go_prints_the_line_the_row_records(
     assert last == _fill(row.go_line or row.line, places, tmp_path)
 
 
-def _wait_for_line(proc: subprocess.Popen[str], wanted: str) -> list[str]:
-    """stderr lines until one ends with `wanted` (or the process exits)."""
-    assert proc.stderr is not None
-    lines: list[str] = []
-    for line in proc.stderr:
-        lines.append(line.rstrip("\n"))
-        if line.rstrip("\n").endswith(wanted):
-            break
-    return lines
-
-
 @pytest.mark.parametrize(
     ("args", "wanted"),
     [
@@ -346,18 +336,20 @@ def test_what_go_survives_is_one_error_line_then_a_clean_exit(
     with subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
         env=pythonpath_env(),
     ) as proc:
         try:
-            lines = _wait_for_line(proc, wanted)
-            assert lines and lines[-1].endswith(wanted), lines
+            assert proc.stderr is not None
+            logged = ChildLines(proc.stderr, args.split()[0])
+            lines = logged.until(lambda line: line.endswith(wanted), timeout=60)
             assert proc.poll() is None, lines  # still running
             proc.send_signal(signal.SIGTERM)
-            _, rest = proc.communicate(timeout=60)
+            proc.wait(timeout=60)
+            rest = logged.rest(timeout=10)
         finally:
             if proc.poll() is None:
                 proc.kill()

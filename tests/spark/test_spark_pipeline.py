@@ -5,17 +5,16 @@ publishes an archive back into a topic; the ``trionsq spark`` command line."""
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
+from tests.child_lines import ChildLines
 from trionsq.spark.pipeline import archive, read_archive, replay
 from trionsq.testing import DaemonProcess, pythonpath_env
 
@@ -92,32 +91,6 @@ def test_replay_publishes_the_archive_back(spark: Any, nsqd: DaemonProcess, tmp_
     assert sorted(consume(nsqd, "pipe_src", len(expected), timeout=10)) == expected
 
 
-def _lines_through(stream: IO[str], prefix: str, timeout: float) -> list[str]:
-    """The lines of `stream` up to and including the first that starts with `prefix`; fails
-    (rather than hang the suite) if the stream ends first or no such line comes within
-    `timeout` seconds."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        for line in stream:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    seen: list[str] = []
-    while True:
-        try:
-            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise AssertionError(f"no {prefix!r} line within {timeout:.0f} s: {seen}") from None
-        if line is None:
-            raise AssertionError(f"the archive process ended early: {seen}")
-        seen.append(line)
-        if line.startswith(prefix):
-            return seen
-
-
 def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
     spark: Any, nsqd: DaemonProcess, tmp_dir: str
 ) -> None:
@@ -153,7 +126,8 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
     )
     try:
         assert proc.stderr is not None
-        lines = _lines_through(proc.stderr, "batch 2:", timeout=300)
+        archive_lines = ChildLines(proc.stderr, "the archive process")
+        lines = archive_lines.until(lambda line: line.startswith("batch 2:"), timeout=300)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: the driver and its JVM at once
         proc.wait()

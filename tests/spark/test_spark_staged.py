@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.child_lines import ChildLines
 from trionsq.spark.pipeline import archive, read_archive
 from trionsq.testing import DaemonProcess, pythonpath_env
 
@@ -219,11 +220,8 @@ def driver_killed_then_restarted(
     )
     try:
         assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith("batch 3:"):
-                break
-        else:
-            raise AssertionError("the driver ended early")
+        driver_lines = ChildLines(proc.stderr, "the driver")
+        driver_lines.until(lambda line: line.startswith("batch 3:"), timeout=300)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM at once
         proc.wait()

@@ -22,6 +22,7 @@ pytest.importorskip("moto")
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
+from tests.child_lines import ChildLines
 from trionsq.spark import stores
 from trionsq.spark.staging import StagingLog
 from trionsq.testing import pythonpath_env
@@ -314,9 +315,13 @@ def test_two_executor_processes_race_to_stage_one_task(root: str, tmp_path: Any)
         )
         for name in ("x", "y")
     ]
+    answers_of = []
+    for proc, name in zip(procs, ("x", "y"), strict=True):
+        assert proc.stdout is not None
+        answers_of.append(ChildLines(proc.stdout, f"racer {name}"))
     try:
-        for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        for lines in answers_of:
+            assert lines.next(timeout=120) == "ready\n"
         wins = {"x": 0, "y": 0}
         for batch in range(1, 31):
             for proc in procs:
@@ -324,9 +329,8 @@ def test_two_executor_processes_race_to_stage_one_task(root: str, tmp_path: Any)
                 proc.stdin.write(f"{batch}\n")
                 proc.stdin.flush()
             answers = []
-            for proc in procs:
-                assert proc.stdout is not None
-                line = proc.stdout.readline()
+            for lines in answers_of:
+                line = lines.next(timeout=120)
                 assert line, "a racer died"
                 answers.append(json.loads(line))
             assert [a["won"] for a in answers].count(True) == 1, answers
