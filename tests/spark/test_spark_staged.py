@@ -97,6 +97,21 @@ def test_staged_source_without_nsqd_http_reads_everything_then_stops(
     assert len(sizes) >= 5 and max(sizes) <= 200
 
 
+def test_an_available_now_run_without_nsqd_http_reads_what_came_after_the_last_run(
+    spark: Any, nsqd: DaemonProcess, tmp_dir: str
+) -> None:
+    """Runs on one checkpoint (an hourly archive, say): a run ends with a batch that read
+    nothing, and the next run, on the same checkpoint, still reads what was published since.
+    (It took that batch, an earlier run's, for its own and read nothing, ever again.)"""
+    stream = _stream(spark, "stg_rerun", f"{tmp_dir}/staging", nsqd=tcp(nsqd))
+    for run in range(3):
+        bodies = [f"run {run} {i}".encode() for i in range(50)]
+        publish(nsqd, "stg_rerun", bodies)
+        query, rows = _available_now(stream, f"{tmp_dir}/ck")
+        assert sorted(r.body for r in rows) == sorted(bodies), run
+        assert query.recentProgress[-1]["numInputRows"] == 0  # ended on a batch that read 0
+
+
 def _parquet_query(stream: Any, out: str, checkpoint: str, **trigger: Any) -> Any:
     """Spark's plain file sink: no dedup of its own (exactly once only if the source is)."""
     return (

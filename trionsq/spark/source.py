@@ -237,6 +237,8 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._budget: int | None = None
         #: nsqds without /stats seen empty in this AvailableNow run (their last batch read 0).
         self._drained: set[str] = set()
+        #: The batch this AvailableNow run started after (None: not planned from yet).
+        self._run_after: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -261,6 +263,7 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._available_now = True
         self._budget = None
         self._drained = set()
+        self._run_after = None
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         max_rows = self.options.max_messages_per_batch
@@ -295,16 +298,21 @@ class NSQStagedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         planner = self._plan_source()
         if not self._available_now:
             return planner.depths()
-        # An nsqd without /stats is drained once a batch of this run read nothing from it.
-        staging = self._log(start)
+        # An nsqd without /stats is drained once a batch of this run read nothing from it:
+        # not one planned before the run (the last of an earlier run that ended so, or re-run
+        # after a restart), or a run after one that drained would read nothing, ever.
         last = int(start.get("batch", 0))
-        got: dict[str, int] = {}
-        for i, (nsqd, _) in enumerate(start.get("plan") or []):
-            table = staging.read(last, i)
-            # Received, not rows: a batch whose messages were all dropped copies (a killed
-            # run's, coming back) did not find the nsqd drained.
-            got[nsqd] = got.get(nsqd, 0) + (received(table) if table is not None else 1)
-        self._drained |= {n for n, rows in got.items() if rows == 0}
+        if self._run_after is None:
+            self._run_after = last
+        if last > self._run_after:
+            staging = self._log(start)
+            got: dict[str, int] = {}
+            for i, (nsqd, _) in enumerate(start.get("plan") or []):
+                table = staging.read(last, i)
+                # Received, not rows: a batch whose messages were all dropped copies (a
+                # killed run's, coming back) did not find the nsqd drained.
+                got[nsqd] = got.get(nsqd, 0) + (received(table) if table is not None else 1)
+            self._drained |= {n for n, rows in got.items() if rows == 0}
 
         def known() -> list[NsqdDepth]:
             depths = planner.depths()
