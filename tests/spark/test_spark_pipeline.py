@@ -5,11 +5,13 @@ publishes an archive back into a topic; the ``trionsq spark`` command line."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,6 +68,35 @@ def test_archive_stop_between_batches_and_restart_loses_and_duplicates_nothing(
     assert len({(r.nsqd, r.id) for r in rows}) == len(bodies)
     assert {str(r.date) for r in rows} == {r.timestamp.strftime("%Y-%m-%d") for r in rows}
     assert channel_stats(nsqd, topic, "nsq_archive")["depth"] == 0
+
+
+def test_files_an_aborted_write_left_behind_are_not_archived(
+    spark: Any, nsqd: DaemonProcess, tmp_dir: str
+) -> None:
+    """A query stopped in the middle of a write aborts the write's job, but a task still
+    running may commit its files after the abort, under the archive's ``_temporary``. The
+    archive's next write must not commit them: they once made a whole batch archived twice."""
+    first = [f"first {i}".encode() for i in range(100)]
+    publish(nsqd, "pipe_orphan", first)
+    out = f"{tmp_dir}/archive"
+    options = {"availableNowIdleTimeout": "2s"}
+    common = dict(topic="pipe_orphan", nsqd=[tcp(nsqd)], output=out, options=options)
+    query = archive(spark, available_now=True, **common)
+    assert query.awaitTermination(120) and query.exception() is None
+    # What such a task leaves: its task directory, committed in its job's attempt directory
+    # (0, every write's by default, or any other).
+    part = next(Path(out).glob("date=*/part-*.parquet"))
+    for attempt in ("0", "7"):
+        left = Path(out, "_temporary", attempt, "task_202611280000_0001_m_000000", part.parent.name)
+        left.mkdir(parents=True)
+        shutil.copy(part, left / "part-left.parquet")
+    then = [f"then {i}".encode() for i in range(100)]
+    publish(nsqd, "pipe_orphan", then)
+    query = archive(spark, available_now=True, **common)
+    assert query.awaitTermination(120) and query.exception() is None
+    rows = read_archive(spark, out).collect()
+    assert sorted(r.body for r in rows) == sorted(first + then)  # every body exactly once
+    assert not Path(out, "_temporary").exists()  # the committed write cleared what was left
 
 
 def test_replay_publishes_the_archive_back(spark: Any, nsqd: DaemonProcess, tmp_dir: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,6 +61,8 @@ ARCHIVE_DDL = (
     "body binary, id string, timestamp timestamp, attempts int, nsqd string, topic string, "
     "date date"
 )
+#: The Hadoop setting that names a write job's directory under ``<output>/_temporary``.
+_JOB_ATTEMPT = "mapreduce.job.application.attempt.id"
 _KEY = ["nsqd", "id"]
 _COLUMNS = ["body", "id", "timestamp", "attempts", "nsqd", "topic", "date"]
 _DAY_US = 86_400_000_000
@@ -85,6 +88,23 @@ def read_archive(spark: Any, path: str) -> Any:
         return spark.createDataFrame([], ARCHIVE_DDL)
 
 
+def _append(rows: Any, output: str) -> None:
+    """Append `rows` (the archive's columns) to the archive at `output`, committing only the
+    output of this write's own tasks.
+
+    Why the job attempt: by default every write to `output` stages its tasks' files in
+    ``<output>/_temporary/0``, and Hadoop's FileOutputCommitter commits every task directory
+    it finds there. A query stopped or killed in the middle of a write aborts its job, but a
+    task still running may commit after the abort: the archive's next write then committed
+    that batch's rows too, past the dedup, which reads only the committed archive (seen as a
+    whole batch archived twice after a stop). With an attempt number of its own (random:
+    unique among a directory's writers), a write commits only its own tasks' files, and its
+    clean-up removes whatever an aborted one left under ``_temporary``."""
+    attempt = secrets.randbelow(2**31 - 2) + 1  # 0 is every other writer's
+    writer = rows.select(*_COLUMNS).write.mode("append").partitionBy("date")
+    writer.option(_JOB_ATTEMPT, str(attempt)).parquet(output)
+
+
 def archive_batch(batch: Any, batch_id: int, output: str, dedup: bool = True) -> int | None:
     """Append the rows of one micro-batch that the archive at `output` does not hold yet;
     returns the number of distinct (nsqd, id) in the batch. Without `dedup` the rows are
@@ -93,7 +113,7 @@ def archive_batch(batch: Any, batch_id: int, output: str, dedup: bool = True) ->
     from pyspark.sql import functions as F
 
     if not dedup:
-        _with_date(batch).select(*_COLUMNS).write.mode("append").partitionBy("date").parquet(output)
+        _append(_with_date(batch), output)
         return None
     spark = batch.sparkSession
     rows = _with_date(batch).dropDuplicates(_KEY).persist()
@@ -111,10 +131,8 @@ def archive_batch(batch: Any, batch_id: int, output: str, dedup: bool = True) ->
             .where(F.col("timestamp") >= F.lit(info["oldest"]))
             .select(*_KEY)
         )
-        fresh = rows.join(existing, _KEY, "left_anti")
-        fresh = fresh.select(*_COLUMNS)
         # No count of its own: a Spark job costs ~0.3 s per micro-batch on local Spark.
-        fresh.write.mode("append").partitionBy("date").parquet(output)
+        _append(rows.join(existing, _KEY, "left_anti"), output)
         return int(info["n"])
     finally:
         rows.unpersist()
