@@ -4,6 +4,7 @@ publishes an archive back into a topic; the ``trionsq spark`` command line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -122,13 +123,16 @@ def test_replay_publishes_the_archive_back(spark: Any, nsqd: DaemonProcess, tmp_
     assert sorted(consume(nsqd, "pipe_src", len(expected), timeout=10)) == expected
 
 
-def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
-    spark: Any, nsqd: DaemonProcess, tmp_dir: str
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
+def test_cli_archive_stopped_then_restarted_from_its_checkpoint(
+    spark: Any, nsqd: DaemonProcess, tmp_dir: str, stop: signal.Signals
 ) -> None:
-    """`trionsq spark archive` in its own process (driver and JVM) SIGKILLed mid-stream, then
-    the archive restarted from the same checkpoint: every message once."""
+    """`trionsq spark archive` in its own process (driver and JVM) SIGKILLed mid-stream, or
+    stopped with Ctrl-C (after the batch it is writing: exit 0), then the archive restarted
+    from the same checkpoint: every message once."""
+    topic = f"pipe_cli_{stop.name.lower()}"
     bodies = [f"cli {i}".encode() for i in range(600)]
-    publish(nsqd, "pipe_cli", bodies)
+    publish(nsqd, topic, bodies)
     out = f"{tmp_dir}/archive"
     # Small batches, so that the kill (after the line of batch 2) comes well before the end
     # however fast batches run; the restart takes the rest in larger ones.
@@ -139,7 +143,7 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
         "trionsq",
         "spark",
         "archive",
-        "--topic=pipe_cli",
+        f"--topic={topic}",
         f"--output={out}",
         f"--nsqd-tcp-address={tcp(nsqd)}",
         "--trigger-interval=0s",
@@ -159,8 +163,13 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
         assert proc.stderr is not None
         archive_lines = ChildLines(proc.stderr, "the archive process")
         lines = archive_lines.until(lambda line: line.startswith("batch 2:"), timeout=300)
+        if stop == signal.SIGINT:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 0, archive_lines.rest(timeout=10)[-3000:]
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the driver and its JVM at once
+        # Its own session: the driver and its JVM at once (gone already after a clean exit).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
@@ -179,7 +188,7 @@ def test_cli_archive_sigkilled_then_restarted_from_its_checkpoint(
     assert not [f for f in written if f.endswith(".crc") or f == "_SUCCESS"], written
     query = archive(
         spark,
-        topic="pipe_cli",
+        topic=topic,
         nsqd=[tcp(nsqd)],
         output=out,
         available_now=True,

@@ -7,6 +7,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -178,7 +179,7 @@ def _archive(args: argparse.Namespace) -> int:
     except OptionError as exc:
         raise _UsageError(str(exc)) from None
     from trionsq.spark.options import local_path
-    from trionsq.spark.pipeline import LOCAL_FILESYSTEM_CONF, archive
+    from trionsq.spark.pipeline import LOCAL_FILESYSTEM_CONF, archive, stop_between_batches
 
     local = all(
         local_path(where) is not None for where in (args.output, args.checkpoint or args.output)
@@ -187,6 +188,7 @@ def _archive(args: argparse.Namespace) -> int:
         args, f"trionsq archive {args.topic}", LOCAL_FILESYSTEM_CONF if local else None
     )
 
+    writing = threading.Event()
     query = archive(
         spark,
         topic=args.topic,
@@ -200,6 +202,7 @@ def _archive(args: argparse.Namespace) -> int:
         options=options,
         nsqd_http=_split(args.nsqd_http_address),
         staged=not args.driver_reader,
+        writing=writing,
     )
     stopping: list[int] = []
 
@@ -220,7 +223,8 @@ def _archive(args: argparse.Namespace) -> int:
                 break
     finally:
         if query.isActive:
-            query.stop()
+            # After the batch being written (a second signal: at once).
+            stop_between_batches(query, writing, hurry=lambda: len(stopping) > 1)
         failure = query.exception()
         spark.stop()
     if failure is not None:

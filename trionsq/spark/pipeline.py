@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .options import (
@@ -52,6 +54,7 @@ __all__ = [
     "checkpoint_staging",
     "read_archive",
     "replay",
+    "stop_between_batches",
 ]
 
 log = logging.getLogger("trionsq.spark")
@@ -153,6 +156,7 @@ def archive(
     query_name: str | None = None,
     nsqd_http: Sequence[str] = (),
     staged: bool = True,
+    writing: threading.Event | None = None,
 ) -> Any:
     """Start the archive query (returns the StreamingQuery): `topic`/`channel` from `nsqd`
     and/or `lookupd` into Parquet under `output` partitioned by ``date``, checkpointed in
@@ -162,7 +166,10 @@ def archive(
     `staged` (the default): executors read from nsqd through the staging log, in the
     ``stagingLocation`` of `options` if given, else in ``<checkpoint>/nsq_staging`` (a local
     checkpoint only: `checkpoint_staging`); `nsqd_http`, the nsqds' HTTP addresses in the
-    order of `nsqd`, lets the driver see their depth. Otherwise the driver-side reader."""
+    order of `nsqd`, lets the driver see their depth. Otherwise the driver-side reader.
+
+    `writing`, if given, is set while a micro-batch is read and appended: pass it to
+    `stop_between_batches` to stop the query without interrupting one."""
     from . import register
 
     register(spark)
@@ -191,6 +198,7 @@ def archive(
     # later batches: every batch is checked.
     rerun = _uncommitted_batch(checkpoint)
     first = [True]
+    in_batch = writing if writing is not None else threading.Event()
 
     def write(df: Any, batch_id: int) -> None:
         if not staged:
@@ -199,7 +207,11 @@ def archive(
             dedup = first[0]
         else:
             dedup = batch_id == rerun
-        archive_batch(df, batch_id, output, dedup=dedup)
+        in_batch.set()
+        try:
+            archive_batch(df, batch_id, output, dedup=dedup)
+        finally:
+            in_batch.clear()
         first[0] = False
 
     writer = stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
@@ -210,6 +222,26 @@ def archive(
     elif trigger:
         writer = writer.trigger(processingTime=trigger)
     return writer.start()
+
+
+def stop_between_batches(
+    query: Any,
+    writing: threading.Event,
+    timeout: float = 30.0,
+    hurry: Callable[[], bool] = lambda: False,
+) -> None:
+    """Stop an archive query (started with `writing`) once the micro-batch it is writing is
+    written, waiting at most `timeout` seconds, or until `hurry()` (a second Ctrl-C, say).
+
+    Why: `query.stop()` interrupts the batch being written. Nothing is lost (the batch runs
+    again at the next start, and `_append` commits no file of an aborted write), but Spark
+    aborts the write's job and prints a thousand lines of Java traces, a StackOverflowError
+    among them. Between batches, a stop interrupts only the planning of the next one. (The
+    next batch may start between the wait and the stop: rarely, and as safe as before.)"""
+    deadline = time.monotonic() + timeout
+    while writing.is_set() and time.monotonic() < deadline and not hurry():
+        time.sleep(0.01)
+    query.stop()
 
 
 def _uncommitted_batch(checkpoint: str) -> int | str | None:
