@@ -305,6 +305,7 @@ def test_two_executor_processes_race_to_stage_one_task(root: str, tmp_path: Any)
     script = tmp_path / "racer.py"
     script.write_text(_RACER)
     env = pythonpath_env()  # with the S3 endpoint and credentials when root is on S3
+    names = ("x", "y")
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), root, name],
@@ -313,10 +314,10 @@ def test_two_executor_processes_race_to_stage_one_task(root: str, tmp_path: Any)
             stdout=subprocess.PIPE,
             text=True,
         )
-        for name in ("x", "y")
+        for name in names
     ]
     answers_of = []
-    for proc, name in zip(procs, ("x", "y"), strict=True):
+    for proc, name in zip(procs, names, strict=True):
         assert proc.stdout is not None
         answers_of.append(ChildLines(proc.stdout, f"racer {name}"))
     try:

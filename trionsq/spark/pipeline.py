@@ -100,9 +100,10 @@ def _append(rows: Any, output: str) -> None:
     it finds there. A query stopped or killed in the middle of a write aborts its job, but a
     task still running may commit after the abort: the archive's next write then committed
     that batch's rows too, past the dedup, which reads only the committed archive (seen as a
-    whole batch archived twice after a stop). With an attempt number of its own (random:
-    unique among a directory's writers), a write commits only its own tasks' files, and its
-    clean-up removes whatever an aborted one left under ``_temporary``."""
+    whole batch archived twice after a stop). With an attempt number of its own (random, one
+    of 2^31 - 2: two writes of a directory drawing the same is a one-in-two-billion chance), a
+    write commits only its own tasks' files, and its clean-up removes whatever an aborted one
+    left under ``_temporary``."""
     attempt = secrets.randbelow(2**31 - 2) + 1  # 0 is every other writer's
     writer = rows.select(*_COLUMNS).write.mode("append").partitionBy("date")
     writer.option(_JOB_ATTEMPT, str(attempt)).parquet(output)
